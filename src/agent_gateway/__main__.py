@@ -1,0 +1,3 @@
+from agent_gateway.cli.main import main
+
+main()

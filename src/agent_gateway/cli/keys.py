@@ -1,0 +1,32 @@
+"""``agent-gateway keys``: signing keys."""
+
+from __future__ import annotations
+
+import enum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from agent_gateway.cli.common import fail
+from agent_gateway.signatures import keys
+
+app = typer.Typer(help="Signing keys.", no_args_is_help=True)
+
+# Typer offers choices through an Enum; this one is built from the key types keys.py generates.
+KeyType = enum.Enum("KeyType", [(name, name) for name in keys.KEY_TYPES], type=str)  # type: ignore[misc]
+
+
+@app.command()
+def generate(
+    out: Annotated[Path, typer.Argument(help="file to write; never overwritten")],
+    key_type: Annotated[KeyType, typer.Option("--type", help="key type")] = KeyType["ed25519"],  # type: ignore[valid-type]
+) -> None:
+    """Write a new private key as PKCS#8 PEM, readable by its owner only (mode 0600)."""
+    try:
+        keys.write_private(out, keys.generate_pem(key_type.value))
+    except FileExistsError:
+        raise fail(f"{out} exists; keys generate never overwrites") from None
+    except OSError as exc:
+        raise fail(f"cannot write {out}: {exc.strerror}") from None
+    typer.echo(f"wrote {out}")

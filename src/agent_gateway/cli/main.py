@@ -1,0 +1,130 @@
+"""The operator's command line: ``agent-gateway``.
+
+Every command finds its settings through ``--config PATH`` or
+``AGENT_GATEWAY_CONFIG``, prints JSON where a script would read the result,
+reads secrets only from a prompt or stdin (never argv), and exits non-zero
+with one line on error.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from agent_gateway import config, deployment, errors
+from agent_gateway.cli import keys, schedules, sign, tokens, users
+from agent_gateway.cli.common import ConfigOption, fail, load_settings, with_store
+from agent_gateway.store.engine import Store
+from agent_gateway.store.users import User
+
+app = typer.Typer(
+    name="agent-gateway",
+    help="A gateway between one shared AI agent and the people it serves.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.add_typer(users.app, name="users")
+app.add_typer(tokens.app, name="tokens")
+app.add_typer(schedules.app, name="schedules")
+app.add_typer(keys.app, name="keys")
+app.command("sign")(sign.sign)
+app.command("verify")(sign.verify)
+
+
+def configure_logging(level: str) -> None:
+    logging.basicConfig(level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # uvicorn's and alembic's own start-up chatter repeats what the gateway logs once.
+    for noisy in ("uvicorn.error", "alembic"):
+        logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLogger().level))
+
+
+@app.command()
+def init(
+    directory: Annotated[Path, typer.Argument(help="folder for gateway.toml and the signing key")],
+    demo_user: Annotated[
+        bool,
+        typer.Option(
+            "--demo-user",
+            help="also admit a User with a generated password (kept in DIR/demo-user.json, mode 0600) "
+            "and print how to log in and talk to the agent",
+        ),
+    ] = False,
+) -> None:
+    """Write a commented gateway.toml with working defaults and a fresh Ed25519 signing key."""
+    try:
+        written = deployment.write(directory)
+    except FileExistsError as exc:
+        raise fail(f"{exc.filename} exists; init never overwrites") from None
+    for path in written:
+        typer.echo(f"wrote {path}")
+    config_file = directory / deployment.CONFIG_NAME
+    if demo_user:
+        settings = load_settings(config_file)
+
+        async def admit(store: Store) -> tuple[User, str]:
+            return await deployment.admit_demo_user(store, settings.scrypt)
+
+        user, password = with_store(config_file, admit)
+        typer.echo(f"wrote {deployment.write_demo_user(directory, user, password)}")
+        typer.echo(demo_instructions(settings.public_listen, user.id, password))
+    typer.echo(f"start it with: agent-gateway serve --config {config_file}")
+
+
+def demo_instructions(public: object, user_id: str, password: str) -> str:
+    base = f"http://{public}"
+    return f"""
+Demo User {user_id}, password {password}
+Once the gateway runs, in another terminal:
+  TOKEN=$(curl -s -X POST {base}/auth/tokens -H 'Content-Type: application/json' \\
+    -d '{{"user": "{user_id}", "password": "{password}"}}' | python3 -c 'import json,sys; print(json.load(sys.stdin)["token"])')
+  curl -s -X POST {base}/messages -H "Authorization: Bearer $TOKEN" -H 'Content-Type: application/json' -d '{{"text": "hello"}}'
+  curl -s "{base}/messages?after=0" -H "Authorization: Bearer $TOKEN"    # the echo agent's answer
+"""
+
+
+@app.command()
+def serve(
+    config_path: ConfigOption = None,
+    role: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="what this process does: all (default), api (both HTTP servers), worker (the Signal "
+            "Worker), scheduler (the Scheduler); repeat or comma-separate to combine",
+        ),
+    ] = None,
+) -> None:
+    """Run the gateway until SIGINT or SIGTERM: both HTTP servers and the loops, or the given roles."""
+    from agent_gateway import serving
+    from agent_gateway.gateway import ROLES
+
+    roles = {part.strip() for value in (role or ["all"]) for part in value.split(",") if part.strip()}
+    if "all" in roles:
+        roles = (roles - {"all"}) | set(ROLES)
+    if not roles or roles - set(ROLES):
+        raise fail(f"--role takes all, {', '.join(ROLES)} (got {', '.join(sorted(roles)) or 'nothing'})")
+    settings = load_settings(config_path)
+    configure_logging(settings.log_level)
+    try:
+        serving.run(settings, frozenset(roles))
+    except (errors.GatewayError, OSError, config.SettingsError) as exc:
+        raise fail(str(exc)) from None
+
+
+@app.command()
+def migrate(config_path: ConfigOption = None) -> None:
+    """Apply the database migrations (serve also applies them at start)."""
+
+    async def nothing(store: object) -> None:
+        return None
+
+    with_store(config_path, nothing)
+    typer.echo("database is up to date")
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,317 @@
+"""Settings: a TOML file, every key overridable by an ``AGENT_GATEWAY_*`` variable.
+
+The file is ``gateway.toml`` (``--config PATH`` or ``AGENT_GATEWAY_CONFIG``);
+relative paths inside it are relative to its folder. A key's environment name
+is its dotted path in upper case joined by ``_``: ``auth.token_ttl_ms`` is
+``AGENT_GATEWAY_AUTH_TOKEN_TTL_MS``, ``auth.scrypt.logN`` is
+``AGENT_GATEWAY_AUTH_SCRYPT_LOGN``. A bad setting raises :class:`SettingsError`
+whose one line names the setting and the reason.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+import os
+import re
+import tomllib
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+ENV_PREFIX = "AGENT_GATEWAY_"
+CONFIG_ENV = "AGENT_GATEWAY_CONFIG"
+# The scheduler's timer cannot sleep past 2^31-1 ms (24.85 days).
+TIMER_CEILING_MS = 2**31 - 1
+MAX_SCRYPT_LOGN = 20
+# Expiry instants must stay within the four-digit years of the stored timestamps.
+MAX_TOKEN_TTL_MS = 100 * 365 * 24 * 3600 * 1000
+# hashlib.scrypt refuses a maxmem above INT_MAX.
+MAX_SCRYPT_MEMORY_BYTES = 2**31 - 1
+
+
+class SettingsError(Exception):
+    """A setting is missing or invalid; the message names it."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Address:
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+    @property
+    def is_loopback(self) -> bool:
+        if self.host == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(self.host).is_loopback
+        except ValueError:
+            return False
+
+
+@dataclasses.dataclass(frozen=True)
+class ScryptCost:
+    """The cost of a password derivation; one that cannot run is refused on construction."""
+
+    log_n: int = 15
+    block_size: int = 8
+    parallelism: int = 1
+
+    def __post_init__(self) -> None:
+        for name, value in (("logN", self.log_n), ("blockSize", self.block_size), ("parallelism", self.parallelism)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise SettingsError(f"auth.scrypt.{name}: must be a positive integer (got {value!r})")
+        if self.log_n > MAX_SCRYPT_LOGN:
+            raise SettingsError(f"auth.scrypt.logN: must be at most {MAX_SCRYPT_LOGN} (got {self.log_n})")
+        if self.memory_bytes > MAX_SCRYPT_MEMORY_BYTES:
+            raise SettingsError(
+                f"auth.scrypt: 2^{self.log_n} x {self.block_size} x {self.parallelism} needs "
+                f"{self.memory_bytes // 2**20} MiB per derivation; hashlib.scrypt allows under 2 GiB"
+            )
+
+    @property
+    def memory_bytes(self) -> int:
+        """What OpenSSL allocates for one derivation: ``128·r·(N + 2)`` for V plus ``128·r·p`` for B."""
+        return 128 * self.block_size * (2**self.log_n + 2 + self.parallelism)
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    token_ttl_ms: int
+    database_url: str = "sqlite:///gateway.db"
+    public_listen: Address = Address("127.0.0.1", 8700)
+    agent_listen: Address = Address("127.0.0.1", 8701)
+    signing_key_file: Path | None = None
+    signing_key_pem: str | None = None
+    signing_algorithm: str | None = None
+    scrypt: ScryptCost = ScryptCost()
+    scheduler_max_sleep_ms: int = 60_000
+    scheduler_agent_routes: bool = True
+    max_body_bytes: int = 1024 * 1024
+    http_workers: int = 1
+    runtime_command: tuple[str, ...] | None = None
+    runtime_workdir: Path | None = None
+    handlers: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
+    signals_setup: str | None = None
+    log_level: str = "INFO"
+
+
+# --- value parsers: each takes a TOML value or an environment string -------------
+
+
+def _int(value: Any, *, minimum: int = 1, maximum: int | None = None) -> int:
+    if isinstance(value, str) and re.fullmatch(r"[0-9]+", value.strip()):
+        value = int(value.strip())
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ValueError("must be an integer")
+    if value < minimum:
+        raise ValueError(f"must be at least {minimum}")
+    if maximum is not None and value > maximum:
+        raise ValueError(f"must be at most {maximum}")
+    return value
+
+
+def _positive_int(value: Any) -> int:
+    return _int(value)
+
+
+def _str(value: Any) -> str:
+    if not isinstance(value, str) or not value:
+        raise ValueError("must be a non-empty string")
+    return value
+
+
+def _bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("true", "1", "yes", "on"):
+        return True
+    if isinstance(value, str) and value.lower() in ("false", "0", "no", "off"):
+        return False
+    raise ValueError("must be true or false")
+
+
+def _address(value: Any) -> Address:
+    match = isinstance(value, str) and re.fullmatch(r"\[([0-9A-Fa-f:.]+)\]:(\d+)|([^:\[\]]+):(\d+)", value)
+    if not match:
+        raise ValueError('must be "host:port" (or "[ipv6]:port")')
+    host = match.group(1) or match.group(3)
+    port = int(match.group(2) or match.group(4))
+    if port > 65535:
+        raise ValueError("port must be 0..65535")
+    return Address(host, port)
+
+
+def _database_url(value: Any) -> str:
+    url = _str(value)
+    if not re.match(r"(sqlite|postgresql|postgres)(\+\w+)?://", url):
+        raise ValueError('must start with "sqlite://" or "postgresql://"')
+    return url
+
+
+def _json_or(kind: type) -> Callable[[Any], Any]:
+    def parse(value: Any) -> Any:
+        if isinstance(value, str) and kind is not str:
+            try:
+                value = orjson.loads(value)
+            except orjson.JSONDecodeError:
+                raise ValueError("must be JSON") from None
+        if not isinstance(value, kind):
+            raise ValueError(f"must be a {'list' if kind is list else 'table'}")
+        return value
+
+    return parse
+
+
+def _command(value: Any) -> tuple[str, ...]:
+    items = _json_or(list)(value)
+    if not items or not all(isinstance(item, str) and item for item in items):
+        raise ValueError("must be a non-empty list of strings (argv, no shell)")
+    return tuple(items)
+
+
+def _handlers(value: Any) -> dict[str, dict[str, Any]]:
+    table = _json_or(dict)(value)
+    for kind, handler in table.items():
+        if not isinstance(handler, dict):
+            raise ValueError(f"[handlers.{kind!r}] must be a table")
+    return table
+
+
+def _log_level(value: Any) -> str:
+    level = _str(value).upper()
+    if level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
+        raise ValueError("must be DEBUG, INFO, WARNING or ERROR")
+    return level
+
+
+@dataclasses.dataclass(frozen=True)
+class _Key:
+    path: tuple[str, ...]
+    field: str
+    parse: Callable[[Any], Any]
+    is_path: bool = False
+
+    @property
+    def dotted(self) -> str:
+        return ".".join(self.path)
+
+    @property
+    def env(self) -> str:
+        return ENV_PREFIX + "_".join(self.path).upper()
+
+
+_KEYS = (
+    _Key(("database", "url"), "database_url", _database_url),
+    _Key(("public", "listen"), "public_listen", _address),
+    _Key(("agent", "listen"), "agent_listen", _address),
+    _Key(("signing", "key_file"), "signing_key_file", _str, is_path=True),
+    _Key(("signing", "key"), "signing_key_pem", _str),
+    _Key(("signing", "algorithm"), "signing_algorithm", _str),
+    _Key(("auth", "token_ttl_ms"), "token_ttl_ms", lambda v: _int(v, maximum=MAX_TOKEN_TTL_MS)),
+    _Key(("auth", "scrypt", "logN"), "scrypt.log_n", lambda v: _int(v, maximum=MAX_SCRYPT_LOGN)),
+    _Key(("auth", "scrypt", "blockSize"), "scrypt.block_size", _positive_int),
+    _Key(("auth", "scrypt", "parallelism"), "scrypt.parallelism", _positive_int),
+    _Key(("scheduler", "max_sleep_ms"), "scheduler_max_sleep_ms", lambda v: _int(v, maximum=TIMER_CEILING_MS - 1)),
+    _Key(("scheduler", "agent_routes"), "scheduler_agent_routes", _bool),
+    _Key(("http", "max_body_bytes"), "max_body_bytes", _positive_int),
+    _Key(("http", "workers"), "http_workers", lambda v: _int(v, maximum=64)),
+    _Key(("runtime", "command"), "runtime_command", _command),
+    _Key(("runtime", "workdir"), "runtime_workdir", _str, is_path=True),
+    _Key(("handlers",), "handlers", _handlers),
+    _Key(("signals", "setup"), "signals_setup", _str),
+    _Key(("log", "level"), "log_level", _log_level),
+)
+_KNOWN_TABLES = {"database", "public", "agent", "signing", "auth", "scheduler", "http", "runtime", "handlers", "signals", "log"}
+
+
+def _lookup(document: Mapping[str, Any], path: tuple[str, ...]) -> Any:
+    node: Any = document
+    for part in path:
+        if not isinstance(node, Mapping) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def _check_unknown(document: Mapping[str, Any]) -> None:
+    known = {key.path for key in _KEYS}
+    for table, body in document.items():
+        if table not in _KNOWN_TABLES:
+            raise SettingsError(f"{table}: unknown setting")
+        if not isinstance(body, Mapping):
+            # Ignoring it would quietly serve the defaults the operator meant to change.
+            raise SettingsError(f"{table}: must be a table ([{table}])")
+        if table == "handlers":
+            continue
+        for name, value in body.items():
+            if (table, name) in known:
+                continue
+            if not any(path[:2] == (table, name) for path in known):
+                raise SettingsError(f"{table}.{name}: unknown setting")
+            if not isinstance(value, Mapping):
+                raise SettingsError(f"{table}.{name}: must be a table")
+            for sub in value:
+                if (table, name, sub) not in known:
+                    raise SettingsError(f"{table}.{name}.{sub}: unknown setting")
+
+
+def load(
+    path: str | os.PathLike[str] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> Settings:
+    """Read settings from ``path`` (or ``AGENT_GATEWAY_CONFIG``) and the environment."""
+    environ = os.environ if environ is None else environ
+    path = path or environ.get(CONFIG_ENV)
+    document: dict[str, Any] = {}
+    base = Path.cwd()
+    if path:
+        file = Path(path)
+        try:
+            document = tomllib.loads(file.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise SettingsError(f"config: {file}: no such file") from None
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise SettingsError(f"config: {file}: not valid TOML ({exc})") from None
+        base = file.resolve().parent
+        _check_unknown(document)
+
+    values: dict[str, Any] = {}
+    scrypt: dict[str, Any] = {}
+    for key in _KEYS:
+        raw, source = environ.get(key.env), key.env
+        if raw is None:
+            raw, source = _lookup(document, key.path), key.dotted
+        if raw is None:
+            continue
+        try:
+            value = key.parse(raw)
+        except ValueError as exc:
+            raise SettingsError(f"{key.dotted} ({source}): {exc}") from None
+        if key.is_path:
+            value = base / value
+        if key.field.startswith("scrypt."):
+            scrypt[key.field.removeprefix("scrypt.")] = value
+        else:
+            values[key.field] = value
+
+    if "token_ttl_ms" not in values:
+        raise SettingsError(
+            "auth.token_ttl_ms (AGENT_GATEWAY_AUTH_TOKEN_TTL_MS): required, "
+            "the lifetime of every Token in milliseconds (no default)"
+        )
+    values["database_url"] = _resolve_sqlite(values.get("database_url", Settings.database_url), base)
+    return Settings(scrypt=ScryptCost(**scrypt), **values)
+
+
+def _resolve_sqlite(url: str, base: Path) -> str:
+    """Make a relative SQLite file path relative to the config file's folder."""
+    match = re.fullmatch(r"(sqlite(?:\+\w+)?:///)(.+)", url)
+    if not match or match.group(2).startswith("/") or match.group(2) == ":memory:":
+        return url
+    return match.group(1) + str(base / match.group(2))

@@ -1,0 +1,124 @@
+"""Assembles one gateway process: settings, store, both servers and the loops."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from fastapi import FastAPI
+
+from agent_gateway.auth import routes as auth_routes
+from agent_gateway.auth.schemes import Scheme
+from agent_gateway.auth.tokens import PasswordScheme
+from agent_gateway.config import Settings
+from agent_gateway.decisions import routes as decisions_routes
+from agent_gateway.http.app import create_app
+from agent_gateway.messages import routes as messages_routes
+from agent_gateway.runtimes import runtime as runtimes
+from agent_gateway.scheduler import routes as scheduler_routes
+from agent_gateway.scheduler.timer import Timer
+from agent_gateway.signals import handlers as signal_handlers
+from agent_gateway.signals import routes as signals_routes
+from agent_gateway.signals.worker import Worker
+from agent_gateway.signatures import routes as signatures_routes
+from agent_gateway.signatures.identity import SigningIdentity
+from agent_gateway.store import leadership, migrate
+from agent_gateway.store.engine import Store
+from agent_gateway.users import routes as users_routes
+
+logger = logging.getLogger(__name__)
+
+AGENT_DESCRIPTION = (
+    "The Agent server: no authentication of any kind. Every route is reachable by the agent "
+    "and by any prompt injected into it; keep it on a private address."
+)
+PUBLIC_DESCRIPTION = "The Public server, called by Users' clients; protected routes take a bearer Token."
+
+
+ROLES = ("api", "worker", "scheduler")
+
+
+class Gateway:
+    """What one gateway process runs; ``serving.py`` serves it, tests ``start``/``stop`` it.
+
+    ``roles`` picks what this process does: ``api`` serves both HTTP servers,
+    ``worker`` runs the Signal Worker, ``scheduler`` runs the Scheduler.
+    """
+
+    def __init__(self, settings: Settings, roles: frozenset[str] = frozenset(ROLES)) -> None:
+        unknown = roles - set(ROLES)
+        if unknown or not roles:
+            raise ValueError(f"roles must be some of {', '.join(ROLES)}")
+        self.settings = settings
+        self.roles = roles
+        # One Handler per Signal kind: the [handlers] tables, then gateway.handlers.register(...).
+        self.handlers = signal_handlers.from_settings(settings.handlers)
+        setup = None
+        if "worker" in roles and settings.signals_setup:
+            setup = signal_handlers.import_setup(settings.signals_setup)
+        # Loaded once; the gateway refuses to start without a usable signing key.
+        self.identity = SigningIdentity.from_settings(settings)
+        self.store = Store(settings.database_url)
+        # Asked in order by every protected Public route; see auth/schemes.py.
+        # An operator adds schemes in Python: gateway.auth_schemes.append(MyScheme()).
+        self.password_scheme = PasswordScheme(self.store)
+        self.auth_schemes: list[Scheme] = [self.password_scheme]
+        # What executes each Run; replaceable before start() (see runtimes/runtime.py).
+        self.runtime: runtimes.Runtime = runtimes.from_settings(settings)
+        self.worker: Worker | None = None
+        self._worker_task: asyncio.Task[None] | None = None
+        agent_routers = [
+            users_routes.agent,
+            messages_routes.agent,
+            signatures_routes.agent,
+            decisions_routes.agent,
+            signals_routes.agent,
+        ]
+        if settings.scheduler_agent_routes:
+            agent_routers.append(scheduler_routes.agent)
+        # Every scheduler process runs a timer; their claims on due rows are exclusive.
+        self.schedule_timer = (
+            Timer(self.store, max_sleep_ms=settings.scheduler_max_sleep_ms) if "scheduler" in roles else None
+        )
+        self.agent_app = self._app("agent-gateway: Agent server", AGENT_DESCRIPTION, agent_routers)
+        self.public_app = self._app(
+            "agent-gateway: Public server",
+            PUBLIC_DESCRIPTION,
+            [auth_routes.public, messages_routes.public, signatures_routes.public, decisions_routes.public],
+        )
+        if setup is not None:
+            setup(self)  # the operator's Python ([signals] setup): registers Handlers, may replace the runtime
+
+    def _app(self, title: str, description: str, routers: list) -> FastAPI:
+        app = create_app(title, description, routers, self.settings.max_body_bytes)
+        app.state.gateway = self
+        app.state.store = self.store
+        app.state.settings = self.settings
+        app.state.identity = self.identity
+        app.state.auth_schemes = self.auth_schemes
+        return app
+
+    async def start(self, *, migrate_first: bool = True) -> None:
+        if migrate_first:
+            await migrate.upgrade(self.store.engine)
+        if self.roles & {"worker", "scheduler"}:
+            self.store.listen()
+        if self.schedule_timer is not None:
+            self.schedule_timer.start()
+        if "worker" in self.roles:
+            # One Signal Worker across the deployment: it works while this process leads.
+            self.worker = Worker(self.store, self.handlers, self.runtime)
+            self._worker_task = asyncio.create_task(
+                leadership.lead(self.store, "signal worker", self.worker.run), name="signal worker"
+            )
+
+    async def stop(self) -> None:
+        if self.schedule_timer is not None:
+            await self.schedule_timer.stop()
+        if self.worker is not None and self._worker_task is not None:
+            self.worker.stop()
+            if not self.worker.active:
+                self._worker_task.cancel()  # a standby waiting for leadership
+            await asyncio.gather(self._worker_task, return_exceptions=True)
+        await self.password_scheme.close()
+        await self.store.close()

@@ -1,0 +1,178 @@
+"""``agent-gateway serve``: one gateway process, or a small family of them.
+
+The main process binds both listening sockets, takes the SQLite lock, applies
+migrations, then forks ``http.workers - 1`` HTTP-only children that accept on
+the same sockets (the kernel spreads connections). The main process runs every
+role it was given; children run ``api`` only and die with it. SIGINT or
+SIGTERM stops everything cleanly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import fcntl
+import logging
+import os
+import signal
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import uvicorn
+from fastapi import FastAPI
+
+from agent_gateway import errors
+from agent_gateway.config import Address, Settings
+from agent_gateway.gateway import Gateway
+from agent_gateway.store import migrate
+from agent_gateway.store.engine import Store
+
+logger = logging.getLogger(__name__)
+
+PR_SET_PDEATHSIG = 1
+
+
+def run(settings: Settings, roles: frozenset[str]) -> None:
+    """Serve ``roles`` until SIGINT or SIGTERM (blocking)."""
+    # Built first: a setting it cannot use (the signing key, a Handler template) stops
+    # serve before anything is bound or forked.
+    gateway = Gateway(settings, roles)
+    store = Store(settings.database_url)
+    with sqlite_lock(store):
+        asyncio.run(_migrate(store))
+        sockets = _bind(settings) if "api" in roles else {}
+        children = [_fork_http_worker(settings, sockets) for _ in range(settings.http_workers - 1)] if sockets else []
+        try:
+            asyncio.run(_serve(gateway, sockets))
+        finally:
+            for pid in children:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGTERM)
+            for pid in children:
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(pid, 0)
+
+
+async def _migrate(store: Store) -> None:
+    try:
+        await migrate.upgrade(store.engine)
+    finally:
+        await store.close()
+
+
+def _bind(settings: Settings) -> dict[str, socket.socket]:
+    return {"public": _listen(settings.public_listen), "agent": _listen(settings.agent_listen)}
+
+
+def _listen(address: Address) -> socket.socket:
+    family = socket.AF_INET6 if ":" in address.host else socket.AF_INET
+    try:
+        sock = socket.create_server((address.host, address.port), family=family, backlog=2048)
+    except OSError as exc:
+        raise errors.GatewayError(f"cannot listen on {address}: {exc.strerror or exc}") from None
+    sock.set_inheritable(True)
+    # Accepted connections inherit this. asyncio sets it only on sockets whose proto is
+    # IPPROTO_TCP, which create_server's are not: without it, Nagle and delayed ACKs add
+    # ~40 ms to every response written in two parts (headers, then body).
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
+
+
+def _fork_http_worker(settings: Settings, sockets: dict[str, socket.socket]) -> int:
+    pid = os.fork()
+    if pid:
+        return pid
+    code = 0
+    try:
+        # Die with the main process, however it ends.
+        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        asyncio.run(_serve(Gateway(settings, frozenset({"api"})), sockets, main=False))
+    except BaseException:
+        logger.exception("HTTP worker %d failed", os.getpid())
+        code = 1
+    finally:
+        os._exit(code)
+
+
+async def _serve(gateway: Gateway, sockets: dict[str, socket.socket], *, main: bool = True) -> None:
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stopping.set)
+    await gateway.start(migrate_first=False)  # run() migrated before forking
+    try:
+        if sockets:
+            await _serve_http(gateway, sockets, stopping, announce=main)
+        else:
+            logger.info("serving no HTTP (roles: %s)", ", ".join(sorted(gateway.roles)))
+            await stopping.wait()
+    finally:
+        logger.info("shutting down")
+        await gateway.stop()
+
+
+async def _serve_http(
+    gateway: Gateway, sockets: dict[str, socket.socket], stopping: asyncio.Event, *, announce: bool
+) -> None:
+    settings = gateway.settings
+    servers = [_Server(gateway.public_app), _Server(gateway.agent_app)]
+    tasks = [
+        asyncio.create_task(servers[0].serve(sockets=[sockets["public"]]), name="public server"),
+        asyncio.create_task(servers[1].serve(sockets=[sockets["agent"]]), name="agent server"),
+    ]
+    try:
+        while not all(server.started for server in servers):
+            if any(task.done() for task in tasks):
+                raise errors.GatewayError("an HTTP server stopped during start-up")
+            await asyncio.sleep(0.01)
+        if announce:
+            logger.info("Public server listening on http://%s", settings.public_listen)
+            logger.info("Agent server listening on http://%s", settings.agent_listen)
+            if settings.http_workers > 1:
+                logger.info("%d HTTP processes share both addresses", settings.http_workers)
+            if not settings.agent_listen.is_loopback:
+                logger.warning(
+                    "Agent server binds %s, which is not loopback: it has no authentication, "
+                    "so anyone who can reach that address acts as the agent",
+                    settings.agent_listen,
+                )
+        stop_wait = asyncio.create_task(stopping.wait())
+        await asyncio.wait([stop_wait, *tasks], return_when=asyncio.FIRST_COMPLETED)
+        stop_wait.cancel()
+    finally:
+        for server in servers:
+            server.should_exit = True
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+class _Server(uvicorn.Server):
+    """A uvicorn server on a socket bound beforehand, leaving signals to ``_serve``."""
+
+    def __init__(self, app: FastAPI) -> None:
+        super().__init__(
+            uvicorn.Config(app, lifespan="off", access_log=False, log_config=None, server_header=False)
+        )
+
+    def capture_signals(self):  # type: ignore[no-untyped-def, override]
+        return contextlib.nullcontext()
+
+
+@contextlib.contextmanager
+def sqlite_lock(store: Store) -> Iterator[None]:
+    """Refuse a second ``serve`` on one SQLite file: a SQLite deployment is one process family."""
+    database = store.engine.url.database
+    if store.dialect != "sqlite" or not database or database == ":memory:":
+        yield
+        return
+    path = Path(database).with_name(Path(database).name + ".serve-lock")
+    with open(path, "a+b") as file:
+        try:
+            fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise errors.GatewayError(
+                f"another agent-gateway serve is already running on {database}; a SQLite "
+                "deployment is one process (run several processes on PostgreSQL)"
+            ) from None
+        yield

@@ -1,0 +1,67 @@
+"""Queries on the Decision log."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from agent_gateway.store import window as windows
+from agent_gateway.store.tables import decisions
+
+# The sequence PostgreSQL creates for the serial column decisions.seq.
+POSTGRES_SEQUENCE = "decisions_seq_seq"
+# Any constant shared by every publisher: the key of the advisory lock that orders them.
+_PUBLISH_LOCK_KEY = 0x4465_6369  # "Deci"
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision:
+    seq: int
+    statement: str
+    jws: str
+    created_at: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"seq": self.seq, "statement": self.statement, "jws": self.jws, "createdAt": self.created_at}
+
+
+_COLUMNS = (decisions.c.seq, decisions.c.statement, decisions.c.jws, decisions.c.created_at)
+_SQLITE_NEXT = sa.text("SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'decisions'), 0) + 1")
+_POSTGRES_NEXT = sa.text(
+    f"SELECT pg_advisory_xact_lock({_PUBLISH_LOCK_KEY}), nextval('{POSTGRES_SEQUENCE}')"
+)
+
+
+async def draw_number(conn: AsyncConnection) -> int:
+    """The next number of the log, reserved for the caller's writing transaction.
+
+    Numbers must be committed in the order they are drawn, or a reader
+    walking forwards with ``after`` could pass a number whose Decision
+    commits later and never see it. So publishers are serialized until
+    commit: on SQLite by the write lock every writing transaction already
+    takes (BEGIN IMMEDIATE), which makes reading the AUTOINCREMENT counter
+    safe; on PostgreSQL by a transaction-scoped advisory lock taken before
+    ``nextval``. A rolled-back publish may burn the PostgreSQL number.
+    """
+    if conn.dialect.name == "postgresql":
+        return (await conn.execute(_POSTGRES_NEXT)).one()[1]
+    return (await conn.execute(_SQLITE_NEXT)).scalar_one()
+
+
+async def insert(conn: AsyncConnection, *, seq: int, statement: str, jws: str, created_at: str) -> Decision:
+    await conn.execute(decisions.insert().values(seq=seq, statement=statement, jws=jws, created_at=created_at))
+    return Decision(seq, statement, jws, created_at)
+
+
+async def get(conn: AsyncConnection, *, seq: int) -> Decision | None:
+    row = (await conn.execute(sa.select(*_COLUMNS).where(decisions.c.seq == seq))).first()
+    return Decision(*row) if row else None
+
+
+async def window(conn: AsyncConnection, *, window: windows.Window) -> list[Decision]:
+    """The Decisions of a cursor window, ascending by number."""
+    rows = (await conn.execute(windows.apply(sa.select(*_COLUMNS), decisions.c.seq, window))).all()
+    return [Decision(*row) for row in windows.ascending(rows, window)]

@@ -1,0 +1,190 @@
+"""The database: one async engine for SQLite or PostgreSQL, and transactions.
+
+Services take an open connection (``conn``) that is inside a transaction the
+caller owns; they never commit. ``Store.transaction()`` is the usual way to
+get one. Work that must only happen once a transaction is durable (waking the
+Signal Worker, re-arming the Scheduler) is registered with :func:`on_commit`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+from collections.abc import AsyncIterator, Callable
+
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+
+from agent_gateway.store import notifications
+
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+_PG_NOTIFY = sa.text("SELECT pg_notify(:channel, :payload)")
+_ON_COMMIT = "agent_gateway.on_commit"
+_STORE = "agent_gateway.store"
+_CHANNELS = "agent_gateway.channels"
+
+
+def async_url(url: str) -> str:
+    """Map the configured URL to the async driver's: aiosqlite or asyncpg."""
+    url = re.sub(r"^postgres(ql)?(\+\w+)?://", "postgresql+asyncpg://", url)
+    return re.sub(r"^sqlite(\+\w+)?://", "sqlite+aiosqlite://", url)
+
+
+def libpq_dsn(url: str) -> str:
+    """The URL as asyncpg.connect takes it (no SQLAlchemy driver suffix)."""
+    return re.sub(r"^postgres(ql)?(\+\w+)?://", "postgresql://", url)
+
+
+def create_engine(url: str) -> AsyncEngine:
+    sqlite = url.startswith("sqlite")
+    engine = create_async_engine(
+        async_url(url),
+        # Every Store transaction ends in COMMIT or ROLLBACK, so the pool need not reset.
+        pool_reset_on_return=None,
+        # No pre-ping (a round trip per request): a connection found dead fails its one
+        # request with a 503 and makes the pool replace every connection older than it.
+    )
+    if sqlite:
+        _configure_sqlite(engine)
+    return engine
+
+
+def _configure_sqlite(engine: AsyncEngine) -> None:
+    # pysqlite's own transaction handling begins lazily and can deadlock two
+    # writers that both started as readers; take over BEGIN so that writing
+    # transactions start with BEGIN IMMEDIATE and wait on the busy timeout.
+    @event.listens_for(engine.sync_engine, "connect")
+    def _connect(dbapi_connection, _record):  # type: ignore[no-untyped-def]
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.close()
+
+    @event.listens_for(engine.sync_engine, "begin")
+    def _begin(conn):  # type: ignore[no-untyped-def]
+        immediate = conn.get_execution_options().get("write", True)
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+
+def on_commit(conn: AsyncConnection, callback: Callable[[], None]) -> None:
+    """Call ``callback`` once the transaction ``conn`` is in has committed.
+
+    Only transactions opened by :class:`Store` run callbacks; in a transaction
+    the caller opened on the engine directly they are dropped, and the loops'
+    sweep interval picks the work up instead.
+    """
+    conn.info.setdefault(_ON_COMMIT, []).append(callback)
+
+
+def notify(conn: AsyncConnection, channel: str) -> None:
+    """Wake every :meth:`Store.subscribe` waiter on ``channel``, in any process, once ``conn`` commits."""
+    store = conn.info.get(_STORE)
+    if store is not None:
+        conn.info.setdefault(_CHANNELS, set()).add(channel)
+        on_commit(conn, lambda: store.publish(channel))
+
+
+class Store:
+    """The gateway's database."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.engine = create_engine(url)
+        self.notifier = notifications.Notifier()
+        self._sqlite_writer = asyncio.Lock() if self.dialect == "sqlite" else None
+        self._listener: notifications.PostgresListener | notifications.SqliteListener | None = None
+        self._sender: notifications.SqliteSender | None = None
+        database = self.engine.url.database
+        if self.dialect == "sqlite" and database and database != ":memory:":
+            self._sender = notifications.SqliteSender(notifications.sqlite_address(database))
+
+    def subscribe(self, channel: str) -> notifications.Subscription:
+        """A new waiter on ``channel``; release it with :meth:`unsubscribe`."""
+        return self.notifier.subscribe(channel)
+
+    def unsubscribe(self, channel: str, subscription: notifications.Subscription) -> None:
+        self.notifier.unsubscribe(channel, subscription)
+
+    def publish(self, channel: str) -> None:
+        """Wake ``channel``'s subscribers here and in the deployment's other processes."""
+        self.notifier.publish(channel)
+        if self._sender is not None:
+            self._sender.send(channel)  # on PostgreSQL the transaction's NOTIFY does this
+
+    def listen(self) -> None:
+        """Receive other processes' wake-ups too (the process running the loops calls this)."""
+        if self._listener is not None:
+            return
+        if self.dialect == "postgresql":
+            self._listener = notifications.PostgresListener(libpq_dsn(self.url), self.notifier)
+        elif self._sender is not None:
+            self._listener = notifications.SqliteListener(self._sender.address, self.notifier)
+        else:
+            return
+        self._listener.start()
+
+    @property
+    def dialect(self) -> str:
+        return self.engine.dialect.name
+
+    @contextlib.asynccontextmanager
+    async def transaction(self) -> AsyncIterator[AsyncConnection]:
+        """A writing transaction; commits when the block ends, rolls back on error."""
+        if self._sqlite_writer is None:
+            async with self._transaction(write=True) as conn:
+                yield conn
+            return
+        # SQLite admits one writer at a time, and a writer that finds the lock taken
+        # sleeps in SQLite's busy handler (1, 2, 5, 10 ... 100 ms) instead of being woken
+        # when it frees: under concurrent writes that doubles the time per write and
+        # stretches p99 past a second. Queue this process's writers here, in order.
+        async with self._sqlite_writer, self._transaction(write=True) as conn:
+            yield conn
+
+    @contextlib.asynccontextmanager
+    async def read(self) -> AsyncIterator[AsyncConnection]:
+        """A connection for reading only.
+
+        On SQLite it is a deferred transaction (one snapshot, no write lock). On
+        PostgreSQL it runs without BEGIN/COMMIT: each statement sees its own snapshot,
+        exactly as inside a READ COMMITTED transaction, for two round trips less.
+        """
+        if self.dialect != "postgresql":
+            async with self._transaction(write=False) as conn:
+                yield conn
+            return
+        async with self.engine.connect() as conn:
+            await conn.execution_options(isolation_level="AUTOCOMMIT")
+            yield conn
+
+    @contextlib.asynccontextmanager
+    async def _transaction(self, *, write: bool) -> AsyncIterator[AsyncConnection]:
+        async with self.engine.connect() as conn:
+            conn.info.pop(_ON_COMMIT, None)
+            conn.info[_STORE] = self
+            await conn.execution_options(write=write)
+            async with conn.begin():
+                yield conn
+                if self.dialect == "postgresql":
+                    for channel in conn.info.pop(_CHANNELS, ()):
+                        await conn.execute(_PG_NOTIFY, {"channel": notifications.PG_CHANNEL, "payload": channel})
+            conn.info.pop(_STORE, None)
+            conn.info.pop(_CHANNELS, None)
+            for callback in conn.info.pop(_ON_COMMIT, ()):
+                callback()
+
+    async def close(self) -> None:
+        if self._listener is not None:
+            await self._listener.stop()
+            self._listener = None
+        if self._sender is not None:
+            self._sender.close()
+            self._sender = None
+        await self.engine.dispose()
+
+

@@ -1,0 +1,84 @@
+"""One active holder of a role across all gateway processes (the Signal Worker).
+
+On PostgreSQL the leader holds a session advisory lock on a dedicated
+connection. Every other process is a hot standby that retries the lock every
+``retry_s``; when the leader's connection dies (process killed, host lost) the
+server releases the lock and a standby takes over. A leader checks its lock
+connection every ``check_s`` and stops its work as soon as a check fails, since
+another process may lead by then; a new leader waits ``3 * check_s`` before it
+starts, so an old leader that lost its connection (rather than died) has
+noticed and stopped first, and the two never work at once. On SQLite there is one process (``serve`` holds a file lock), so
+it always leads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+from collections.abc import Awaitable, Callable
+
+import asyncpg
+
+from agent_gateway.store.engine import Store, libpq_dsn
+
+logger = logging.getLogger(__name__)
+
+RETRY_S = 0.5
+CHECK_S = 0.5
+
+
+def lock_key(name: str) -> int:
+    """A stable signed 64-bit advisory-lock key for ``name``."""
+    return int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big", signed=True)
+
+
+async def lead(
+    store: Store,
+    name: str,
+    work: Callable[[], Awaitable[None]],
+    *,
+    retry_s: float = RETRY_S,
+    check_s: float = CHECK_S,
+) -> None:
+    """Run ``work`` whenever this process leads ``name``; return when ``work`` returns."""
+    if store.dialect != "postgresql":
+        await work()
+        return
+    key = lock_key(name)
+    while True:
+        conn: asyncpg.Connection | None = None
+        try:
+            conn = await asyncpg.connect(libpq_dsn(store.url), timeout=10)
+            while not await conn.fetchval("SELECT pg_try_advisory_lock($1)", key):
+                await asyncio.sleep(retry_s)
+            await asyncio.sleep(3 * check_s)
+            logger.info("leading %s", name, extra={"action": "leadership_acquired"})
+            if await _work_while_leading(conn, work, check_s):
+                return
+            logger.warning("lost the lock connection: no longer leading %s", name, extra={"action": "leadership_lost"})
+        except (OSError, asyncio.TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            logger.warning("cannot reach the database to lead %s (%s)", name, type(exc).__name__)
+        finally:
+            if conn is not None:
+                conn.terminate()  # closing the session releases the lock
+        await asyncio.sleep(retry_s)
+
+
+async def _work_while_leading(conn: asyncpg.Connection, work: Callable[[], Awaitable[None]], check_s: float) -> bool:
+    """Run ``work`` while ``conn`` stays alive; True if it finished, False if leadership was lost."""
+    task = asyncio.create_task(work(), name="leader work")
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=check_s)
+            if done:
+                task.result()
+                return True
+            try:
+                await asyncio.wait_for(conn.execute("SELECT 1"), check_s)
+            except (OSError, asyncio.TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError):
+                return False
+    finally:
+        if not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)

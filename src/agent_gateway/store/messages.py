@@ -1,0 +1,124 @@
+"""Queries on Message logs: one numbered log per User, both directions in one sequence."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from agent_gateway import errors
+from agent_gateway.store import window as windows
+from agent_gateway.store.tables import messages, users
+
+# The (user_id, seq) primary key: a collision on it is a lost numbering race.
+_PRIMARY_KEY = "pk_messages"
+
+
+class LostRace(errors.Busy):
+    """Not recorded: another write to this User's Message log took the same number; resending is correct."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Message:
+    id: str
+    user_id: str
+    direction: str
+    seq: int
+    text: str
+    created_at: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "userId": self.user_id,
+            "direction": self.direction,
+            "seq": self.seq,
+            "text": self.text,
+            "createdAt": self.created_at,
+        }
+
+    @classmethod
+    def from_row(cls, row: sa.Row) -> Message:
+        return cls(row.id, row.user_id, row.direction, row.seq, row.text, row.created_at)
+
+
+_COLUMNS = (
+    messages.c.id,
+    messages.c.user_id,
+    messages.c.direction,
+    messages.c.seq,
+    messages.c.text,
+    messages.c.created_at,
+)
+
+
+# One statement numbers and writes a Message: seq is one past the User's largest,
+# and selecting from users makes a User nobody holds insert nothing.
+_APPEND = (
+    messages.insert()
+    .from_select(
+        [column.name for column in _COLUMNS],
+        sa.select(
+            sa.bindparam("id", type_=messages.c.id.type),
+            users.c.id,
+            sa.bindparam("direction", type_=messages.c.direction.type),
+            sa.select(sa.func.coalesce(sa.func.max(messages.c.seq), 0) + 1)
+            .where(messages.c.user_id == users.c.id)
+            .scalar_subquery(),
+            sa.bindparam("text", type_=messages.c.text.type),
+            sa.bindparam("created_at", type_=messages.c.created_at.type),
+        ).where(users.c.id == sa.bindparam("user_id", type_=users.c.id.type)),
+    )
+    .returning(messages.c.seq)
+)
+_LOCK_USER = sa.select(users.c.id).where(users.c.id == sa.bindparam("user_id")).with_for_update()
+
+
+async def lock_log(conn: AsyncConnection, *, user_id: str) -> None:
+    """Make the other writers of ``user_id``'s log wait until this transaction ends.
+
+    On PostgreSQL this locks the User's row. Its message inserts take a key
+    share lock on the same row (the foreign key), so they queue behind it
+    too. On SQLite the writing transaction (``BEGIN IMMEDIATE``) already holds
+    the database's one write lock, so there is nothing more to take.
+    """
+    if conn.dialect.name == "postgresql":
+        await conn.execute(_LOCK_USER, {"user_id": user_id})
+
+
+async def append(
+    conn: AsyncConnection, *, id: str, user_id: str, direction: str, text: str, created_at: str
+) -> Message | None:
+    """Append a Message to ``user_id``'s log, numbered one past its largest ``seq``.
+
+    Returns None, having written nothing, when no User has ``user_id``. The
+    number is computed inside the INSERT. Writers of one User that did not
+    :func:`lock_log` can still compute the same number; the primary key
+    refuses the second, which raises :class:`LostRace` (its transaction is then
+    unusable and must roll back, leaving nothing stored).
+    """
+    params = {"id": id, "user_id": user_id, "direction": direction, "text": text, "created_at": created_at}
+    try:
+        seq = (await conn.execute(_APPEND, params)).scalar_one_or_none()
+    except sa.exc.IntegrityError as exc:
+        if _is_lost_race(exc):
+            raise LostRace() from exc
+        raise
+    return None if seq is None else Message(id, user_id, direction, seq, text, created_at)
+
+
+def _is_lost_race(exc: sa.exc.IntegrityError) -> bool:
+    """Whether the driver's error is a collision on the (user_id, seq) primary key."""
+    if getattr(exc.orig, "sqlite_errorname", None) == "SQLITE_CONSTRAINT_PRIMARYKEY":
+        return True
+    # asyncpg's own exception, kept by SQLAlchemy's adapter as the cause, names the constraint.
+    return getattr(exc.orig.__cause__, "constraint_name", None) == _PRIMARY_KEY
+
+
+async def window(conn: AsyncConnection, *, user_id: str, window: windows.Window) -> list[Message]:
+    """One cursor window of ``user_id``'s log, ascending by ``seq``."""
+    query = windows.apply(sa.select(*_COLUMNS).where(messages.c.user_id == user_id), messages.c.seq, window)
+    rows = list(await conn.execute(query))
+    return [Message.from_row(row) for row in windows.ascending(rows, window)]

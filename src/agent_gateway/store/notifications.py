@@ -1,0 +1,194 @@
+"""Wake-ups after commit: in this process, and across processes on PostgreSQL.
+
+A writer calls ``engine.notify(conn, channel)`` inside its transaction; once
+the transaction commits, every :class:`Subscription` on that channel wakes.
+On PostgreSQL the transaction also sends ``NOTIFY agent_gateway, '<channel>'``
+(delivered only if it commits), and every gateway process listens on a
+dedicated connection, so a Signal emitted or a Schedule written by any process
+wakes the worker and schedulers of all of them. Wake-ups only accelerate: each
+loop also sweeps on a timer, and a listener that reconnects wakes every
+channel once, so a notification lost while the database restarted costs at
+most one sweep.
+
+On SQLite the processes of one deployment (``serve``'s HTTP workers, and CLI
+commands run beside it) send the channel name as a datagram to an abstract
+Unix socket named after the database file, where the process running the
+loops listens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import os
+import socket
+from collections import defaultdict
+
+import asyncpg
+
+logger = logging.getLogger(__name__)
+
+PG_CHANNEL = "agent_gateway"
+RECONNECT_DELAYS_S = (0.1, 0.5, 1.0, 2.0, 5.0)
+LIVENESS_CHECK_S = 2.0
+
+
+class Subscription:
+    """A waiter on one channel: ``await wait(timeout)`` returns early when woken."""
+
+    def __init__(self) -> None:
+        self._event = asyncio.Event()
+
+    def wake(self) -> None:
+        self._event.set()
+
+    async def wait(self, timeout: float | None) -> bool:
+        """Wait until woken or ``timeout`` seconds; True when woken. Clears the wake-up."""
+        if self._event.is_set():
+            # wait_for(..., 0) would cancel the wait before it looks, report a
+            # timeout and then clear the wake-up: a poll must never lose one.
+            self._event.clear()
+            return True
+        try:
+            await asyncio.wait_for(self._event.wait(), timeout)
+            return True
+        except asyncio.TimeoutError:
+            return False
+        finally:
+            self._event.clear()
+
+
+class Notifier:
+    """Fans a channel's wake-up out to its subscribers in this process."""
+
+    def __init__(self) -> None:
+        self._subscriptions: defaultdict[str, set[Subscription]] = defaultdict(set)
+
+    def subscribe(self, channel: str) -> Subscription:
+        subscription = Subscription()
+        self._subscriptions[channel].add(subscription)
+        return subscription
+
+    def unsubscribe(self, channel: str, subscription: Subscription) -> None:
+        self._subscriptions[channel].discard(subscription)
+
+    def publish(self, channel: str) -> None:
+        for subscription in self._subscriptions.get(channel, ()):
+            subscription.wake()
+
+    def publish_all(self) -> None:
+        for channel in list(self._subscriptions):
+            self.publish(channel)
+
+
+class PostgresListener:
+    """LISTEN on a dedicated connection, reconnecting with back-off until stopped."""
+
+    def __init__(self, dsn: str, notifier: Notifier) -> None:
+        self.dsn = dsn
+        self.notifier = notifier
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="postgres listener")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+
+    def _on_notification(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
+        self.notifier.publish(payload)
+
+    async def _run(self) -> None:
+        failures = 0
+        while True:
+            conn = None
+            try:
+                conn = await asyncpg.connect(self.dsn, timeout=10)
+                await conn.add_listener(PG_CHANNEL, self._on_notification)
+                if failures:
+                    logger.info("notification listener reconnected", extra={"action": "listener_reconnected"})
+                failures = 0
+                # Whatever was notified while nobody listened is picked up by one sweep.
+                self.notifier.publish_all()
+                while not conn.is_closed():
+                    await asyncio.sleep(LIVENESS_CHECK_S)
+                    await conn.execute("SELECT 1")
+            except asyncio.CancelledError:
+                raise
+            except (OSError, asyncio.TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+                delay = RECONNECT_DELAYS_S[min(failures, len(RECONNECT_DELAYS_S) - 1)]
+                failures += 1
+                logger.warning(
+                    "notification listener lost the database (%s); retrying in %.1fs",
+                    type(exc).__name__,
+                    delay,
+                    extra={"action": "listener_lost"},
+                )
+                await asyncio.sleep(delay)
+            finally:
+                if conn is not None and not conn.is_closed():
+                    conn.terminate()
+
+
+def sqlite_address(database: str) -> bytes:
+    """The abstract Unix socket address of one SQLite database file's listener."""
+    digest = hashlib.sha256(os.path.realpath(database).encode()).hexdigest()[:32]
+    return b"\0agent-gateway/" + digest.encode()
+
+
+class SqliteSender:
+    """Tells the listening process of a SQLite deployment that a channel was written."""
+
+    def __init__(self, address: bytes) -> None:
+        self.address = address
+        self._socket = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self._socket.setblocking(False)
+
+    def send(self, channel: str) -> None:
+        try:
+            self._socket.sendto(channel.encode(), self.address)
+        except OSError:
+            pass  # nobody listens, or the queue is full: the loops' sweep covers it
+
+    def close(self) -> None:
+        self._socket.close()
+
+
+class SqliteListener:
+    """Receives :class:`SqliteSender` datagrams and wakes this process's subscribers."""
+
+    def __init__(self, address: bytes, notifier: Notifier) -> None:
+        self.address = address
+        self.notifier = notifier
+        self._socket: socket.socket | None = None
+
+    def start(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        try:
+            sock.bind(self.address)
+        except OSError:
+            # Another process of this deployment already listens (only one runs the loops).
+            sock.close()
+            return
+        sock.setblocking(False)
+        asyncio.get_running_loop().add_reader(sock.fileno(), self._receive)
+        self._socket = sock
+
+    def _receive(self) -> None:
+        assert self._socket is not None
+        while True:
+            try:
+                channel = self._socket.recv(256)
+            except (BlockingIOError, InterruptedError):
+                return
+            self.notifier.publish(channel.decode(errors="replace"))
+
+    async def stop(self) -> None:
+        if self._socket is not None:
+            asyncio.get_running_loop().remove_reader(self._socket.fileno())
+            self._socket.close()
+            self._socket = None

@@ -1,0 +1,119 @@
+"""Queries on Runs.
+
+As for Signals, every transition names the state it leaves in its WHERE
+clause (spec: Run states are one-way).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from agent_gateway.store.tables import runs, signals
+
+PENDING, RUNNING, DONE, FAILED = "pending", "running", "done", "failed"
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    id: str
+    signal_id: str
+    session: str | None
+    prompt: str
+    state: str
+    error: str | None
+    started_at: str | None
+    ended_at: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "signalId": self.signal_id,
+            "session": self.session,
+            "prompt": self.prompt,
+            "state": self.state,
+            "error": self.error,
+            "startedAt": self.started_at,
+            "endedAt": self.ended_at,
+        }
+
+    @classmethod
+    def from_row(cls, row: sa.Row) -> Run:
+        return cls(
+            row.id, row.signal_id, row.session, row.prompt, row.state, row.error, row.started_at, row.ended_at
+        )
+
+
+_COLUMNS = (
+    runs.c.id,
+    runs.c.signal_id,
+    runs.c.session,
+    runs.c.prompt,
+    runs.c.state,
+    runs.c.error,
+    runs.c.started_at,
+    runs.c.ended_at,
+)
+
+
+async def insert_pending(conn: AsyncConnection, *, signal_id: str, prompts: Iterable[tuple[str, str, str]]) -> list[Run]:
+    """Record ``(id, session, prompt)`` Runs of one Signal as ``pending``, in this order."""
+    recorded = [Run(id, signal_id, session, prompt, PENDING, None, None, None) for id, session, prompt in prompts]
+    if recorded:
+        await conn.execute(
+            runs.insert(),
+            [
+                {"id": run.id, "signal_id": signal_id, "session": run.session, "prompt": run.prompt, "state": PENDING}
+                for run in recorded
+            ],
+        )
+    return recorded
+
+
+async def get(conn: AsyncConnection, *, id: str) -> Run | None:
+    row = (await conn.execute(sa.select(*_COLUMNS).where(runs.c.id == id))).first()
+    return Run.from_row(row) if row else None
+
+
+async def newest(conn: AsyncConnection, *, limit: int, signal_id: str | None = None) -> list[Run]:
+    """Newest first by startedAt; Runs not started yet come first, newest recorded first."""
+    query = (
+        sa.select(*_COLUMNS)
+        .order_by(runs.c.started_at.desc().nulls_first(), runs.c.position.desc())
+        .limit(limit)
+    )
+    if signal_id is not None:
+        query = query.where(runs.c.signal_id == signal_id)
+    return [Run.from_row(row) for row in await conn.execute(query)]
+
+
+async def start(conn: AsyncConnection, *, id: str, started_at: str) -> bool:
+    """Move a ``pending`` Run to ``running``."""
+    query = runs.update().where(runs.c.id == id, runs.c.state == PENDING).values(state=RUNNING, started_at=started_at)
+    return (await conn.execute(query)).rowcount == 1
+
+
+async def finish(conn: AsyncConnection, *, id: str, error: str | None, ended_at: str) -> bool:
+    """End a ``running`` Run: ``done`` without an error, ``failed`` with one."""
+    query = (
+        runs.update()
+        .where(runs.c.id == id, runs.c.state == RUNNING)
+        .values(state=DONE if error is None else FAILED, error=error, ended_at=ended_at)
+    )
+    return (await conn.execute(query)).rowcount == 1
+
+
+async def fail_unfinished(
+    conn: AsyncConnection, *, state: str, error: str, ended_at: str, signal_id: str | None = None
+) -> int:
+    """Fail the Runs in ``state`` of one Signal, or of every ``processing`` Signal when none is named."""
+    if signal_id is None:
+        of_signals = runs.c.signal_id.in_(sa.select(signals.c.id).where(signals.c.state == "processing"))
+    else:
+        of_signals = runs.c.signal_id == signal_id
+    query = runs.update().where(of_signals, runs.c.state == state).values(state=FAILED, error=error, ended_at=ended_at)
+    return (await conn.execute(query)).rowcount

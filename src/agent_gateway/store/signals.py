@@ -1,0 +1,103 @@
+"""Queries on Signals.
+
+Every state change is one UPDATE whose WHERE clause names the state it leaves,
+so the one-way rule (spec: Signal states) is the database's, not Python's: a
+transition from the wrong state changes nothing and returns nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from agent_gateway.store.tables import signals
+
+PENDING, PROCESSING, DONE, FAILED = "pending", "processing", "done", "failed"
+
+
+@dataclasses.dataclass(frozen=True)
+class Signal:
+    id: str
+    kind: str
+    payload: Any
+    emitted_at: str
+    state: str
+    error: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "kind": self.kind,
+            "payload": self.payload,
+            "emittedAt": self.emitted_at,
+            "state": self.state,
+            "error": self.error,
+        }
+
+    @classmethod
+    def from_row(cls, row: sa.Row) -> Signal:
+        return cls(row.id, row.kind, row.payload, row.emitted_at, row.state, row.error)
+
+
+_COLUMNS = (signals.c.id, signals.c.kind, signals.c.payload, signals.c.emitted_at, signals.c.state, signals.c.error)
+# Queue order: emittedAt, ties broken by the insert's number.
+_QUEUE_ORDER = (signals.c.emitted_at.asc(), signals.c.position.asc())
+_NEWEST_FIRST = (signals.c.emitted_at.desc(), signals.c.position.desc())
+
+
+async def insert(conn: AsyncConnection, *, id: str, kind: str, payload: Any, emitted_at: str) -> None:
+    await conn.execute(
+        signals.insert().values(id=id, kind=kind, payload=payload, emitted_at=emitted_at, state=PENDING, error=None)
+    )
+
+
+async def get(conn: AsyncConnection, *, id: str) -> Signal | None:
+    row = (await conn.execute(sa.select(*_COLUMNS).where(signals.c.id == id))).first()
+    return Signal.from_row(row) if row else None
+
+
+async def newest(conn: AsyncConnection, *, limit: int, kind: str | None = None) -> list[Signal]:
+    query = sa.select(*_COLUMNS).order_by(*_NEWEST_FIRST).limit(limit)
+    if kind is not None:
+        query = query.where(signals.c.kind == kind)
+    return [Signal.from_row(row) for row in await conn.execute(query)]
+
+
+async def claim_oldest(conn: AsyncConnection) -> Signal | None:
+    """Move the oldest pending Signal to ``processing`` and return it; None when none is pending."""
+    oldest = sa.select(signals.c.position).where(signals.c.state == PENDING).order_by(*_QUEUE_ORDER).limit(1)
+    if conn.dialect.name == "postgresql":
+        # Another process claiming at the same moment takes the next one instead of waiting.
+        oldest = oldest.with_for_update(skip_locked=True)
+    query = (
+        signals.update()
+        .where(signals.c.position == oldest.scalar_subquery(), signals.c.state == PENDING)
+        .values(state=PROCESSING)
+        .returning(*_COLUMNS)
+    )
+    row = (await conn.execute(query)).first()
+    return Signal.from_row(row) if row else None
+
+
+async def finish(conn: AsyncConnection, *, id: str, error: str | None) -> bool:
+    """End a ``processing`` Signal: ``done`` without an error, ``failed`` with one."""
+    query = (
+        signals.update()
+        .where(signals.c.id == id, signals.c.state == PROCESSING)
+        .values(state=DONE if error is None else FAILED, error=error)
+    )
+    return (await conn.execute(query)).rowcount == 1
+
+
+async def fail_processing(conn: AsyncConnection, *, error: str) -> list[str]:
+    """Fail every ``processing`` Signal (left by a stopped process); return their ids."""
+    query = (
+        signals.update()
+        .where(signals.c.state == PROCESSING)
+        .values(state=FAILED, error=error)
+        .returning(signals.c.id)
+    )
+    return list((await conn.execute(query)).scalars())

@@ -1,0 +1,141 @@
+"""The schema (SQLAlchemy Core), one table per noun of the spec.
+
+Timestamps are stored as the canonical text of ``clock.format_instant`` so
+they read back byte for byte and sort in time order on both backends. JSON
+values (Attributes, payloads, Schedule data) are stored as JSON text, which
+keeps them exactly as written, key order included (JSONB would not).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+
+from agent_gateway import jsontext
+
+metadata = sa.MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+        "pk": "pk_%(table_name)s",
+        "ck": "ck_%(table_name)s_%(constraint_name)s",
+    }
+)
+
+# SQLite only numbers rows with INTEGER PRIMARY KEY; PostgreSQL gets a BIGINT sequence.
+Serial = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
+Instant = sa.String(24)
+Uuid = sa.String(36)
+
+
+class JSONText(sa.types.TypeDecorator[Any]):
+    """Any JSON value, stored as its text."""
+
+    impl = sa.Text
+    cache_ok = True
+
+    def process_bind_param(self, value: Any, dialect: sa.Dialect) -> str:
+        return jsontext.dumps(value).decode()
+
+    def process_result_value(self, value: str | None, dialect: sa.Dialect) -> Any:
+        return None if value is None else jsontext.loads(value)
+
+
+users = sa.Table(
+    "users",
+    metadata,
+    sa.Column("id", Uuid, primary_key=True),
+    sa.Column("attributes", JSONText, nullable=False),
+    sa.Column("created_at", Instant, nullable=False),
+    # scrypt digest text recording its own cost; null for a User with no password.
+    sa.Column("password_digest", sa.Text, nullable=True),
+    sa.Index(None, "created_at", "id"),
+)
+
+tokens = sa.Table(
+    "tokens",
+    metadata,
+    # SHA-256 of the Token; the plaintext is never stored.
+    sa.Column("digest", sa.String(64), primary_key=True),
+    sa.Column("user_id", Uuid, sa.ForeignKey("users.id"), nullable=False, index=True),
+    sa.Column("created_at", Instant, nullable=False),
+    sa.Column("expires_at", Instant, nullable=False),
+)
+
+decisions = sa.Table(
+    "decisions",
+    metadata,
+    sa.Column("seq", Serial, primary_key=True, autoincrement=True),
+    # JSON text, so that any Statement (NUL included, which PostgreSQL text refuses) reads back exactly.
+    sa.Column("statement", JSONText, nullable=False),
+    sa.Column("jws", sa.Text, nullable=False),
+    sa.Column("created_at", Instant, nullable=False),
+    sqlite_autoincrement=True,
+)
+
+signals = sa.Table(
+    "signals",
+    metadata,
+    # Emission order: ties of emitted_at are broken by this number.
+    sa.Column("position", Serial, primary_key=True, autoincrement=True),
+    sa.Column("id", Uuid, nullable=False, unique=True),
+    sa.Column("kind", sa.Text, nullable=False),
+    sa.Column("payload", JSONText, nullable=False),
+    sa.Column("emitted_at", Instant, nullable=False),
+    sa.Column("state", sa.String(16), nullable=False),
+    sa.Column("error", sa.Text, nullable=True),
+    sa.CheckConstraint("state IN ('pending', 'processing', 'done', 'failed')", name="state"),
+    sa.Index(None, "state", "emitted_at", "position"),
+    # GET /signals reads newest first, with or without a kind.
+    sa.Index(None, "emitted_at", "position"),
+    sa.Index(None, "kind", "emitted_at", "position"),
+    sqlite_autoincrement=True,
+)
+
+runs = sa.Table(
+    "runs",
+    metadata,
+    sa.Column("position", Serial, primary_key=True, autoincrement=True),
+    sa.Column("id", Uuid, nullable=False, unique=True),
+    sa.Column("signal_id", Uuid, sa.ForeignKey("signals.id"), nullable=False, index=True),
+    sa.Column("session", sa.Text, nullable=True),
+    sa.Column("prompt", sa.Text, nullable=False),
+    sa.Column("state", sa.String(16), nullable=False),
+    sa.Column("error", sa.Text, nullable=True),
+    sa.Column("started_at", Instant, nullable=True),
+    sa.Column("ended_at", Instant, nullable=True),
+    sa.CheckConstraint("state IN ('pending', 'running', 'done', 'failed')", name="state"),
+    sa.Index(None, "started_at", "position"),
+    sqlite_autoincrement=True,
+)
+
+messages = sa.Table(
+    "messages",
+    metadata,
+    sa.Column("user_id", Uuid, sa.ForeignKey("users.id"), primary_key=True),
+    # Numbered per User inside the insert; the primary key exposes a lost race.
+    sa.Column("seq", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("id", sa.String(36), nullable=False, unique=True),
+    sa.Column("direction", sa.String(8), nullable=False),
+    sa.Column("text", sa.Text, nullable=False),
+    sa.Column("created_at", Instant, nullable=False),
+    sa.CheckConstraint("direction IN ('inbound', 'outbound')", name="direction"),
+)
+
+schedules = sa.Table(
+    "schedules",
+    metadata,
+    sa.Column("name", sa.String(128), primary_key=True),
+    sa.Column("kind", sa.String(8), nullable=False),
+    sa.Column("at", Instant, nullable=True),
+    sa.Column("expr", sa.Text, nullable=True),
+    sa.Column("tz", sa.Text, nullable=True),
+    sa.Column("until", Instant, nullable=True),
+    sa.Column("data", JSONText, nullable=False),
+    sa.Column("next_fire_at", Instant, nullable=False),
+    sa.Column("updated_at", Instant, nullable=False),
+    sa.CheckConstraint("kind IN ('once', 'cron')", name="kind"),
+    sa.Index(None, "next_fire_at", "name"),
+)

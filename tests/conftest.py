@@ -1,0 +1,141 @@
+"""Fixtures shared by every test: both storage backends, a gateway, HTTP clients, a served gateway.
+
+Every storage-touching test runs on SQLite and on PostgreSQL. PostgreSQL is
+``AGENT_GATEWAY_TEST_POSTGRES`` (default ``postgresql://postgres@127.0.0.1:5432/test``);
+each test gets its own database copied from a template migrated once per run.
+Without a server, PostgreSQL cases are skipped with a reason, unless
+``AGENT_GATEWAY_TEST_REQUIRE_POSTGRES=1`` (set by CI), which makes them fail.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import asyncpg
+import httpx
+import pytest
+
+from agent_gateway import config
+from agent_gateway.gateway import Gateway
+from agent_gateway.signatures import keys
+from agent_gateway.store import migrate
+from agent_gateway.store.engine import Store
+
+from tests import served
+
+POSTGRES_URL = os.environ.get("AGENT_GATEWAY_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
+REQUIRE_POSTGRES = os.environ.get("AGENT_GATEWAY_TEST_REQUIRE_POSTGRES") == "1"
+RUN_ID = uuid.uuid4().hex[:10]
+
+
+def _postgres_dsn(database: str) -> str:
+    base, _, _ = POSTGRES_URL.rpartition("/")
+    return f"{base}/{database}"
+
+
+async def admin(sql: str) -> None:
+    conn = await asyncpg.connect(POSTGRES_URL, timeout=5)
+    try:
+        await conn.execute(sql)
+    finally:
+        await conn.close()
+
+
+@pytest.fixture(scope="session")
+def postgres_template() -> Iterator[str]:
+    """A database migrated once per run; each test copies it."""
+    name = f"agw_template_{RUN_ID}"
+    try:
+        asyncio.run(admin(f"CREATE DATABASE {name}"))
+    except (OSError, asyncpg.PostgresError, asyncio.TimeoutError) as exc:
+        reason = f"PostgreSQL at {POSTGRES_URL} is unreachable: {exc}"
+        if REQUIRE_POSTGRES:
+            pytest.fail(reason)
+        pytest.skip(reason)
+    asyncio.run(migrate.upgrade_url(_postgres_dsn(name)))
+    yield name
+    asyncio.run(admin(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+
+
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("template") / "gateway.db"
+    asyncio.run(migrate.upgrade_url(f"sqlite:///{path}"))
+    return path
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A fresh, migrated database of each backend."""
+    if request.param == "sqlite":
+        path = tmp_path / "gateway.db"
+        shutil.copyfile(request.getfixturevalue("sqlite_template"), path)
+        yield f"sqlite:///{path}"
+        return
+    template = request.getfixturevalue("postgres_template")
+    name = f"agw_{RUN_ID}_{uuid.uuid4().hex[:10]}"
+    asyncio.run(admin(f"CREATE DATABASE {name} TEMPLATE {template}"))
+    yield _postgres_dsn(name)
+    asyncio.run(admin(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+
+
+@pytest.fixture
+async def store(database_url: str) -> AsyncIterator[Store]:
+    store = Store(database_url)
+    yield store
+    await store.close()
+
+
+@pytest.fixture(scope="session")
+def signing_key_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("keys") / "signing-key.pem"
+    keys.write_private(path, keys.generate_pem("ed25519"))
+    return path
+
+
+@pytest.fixture
+def settings(database_url: str, signing_key_file: Path, tmp_path: Path) -> config.Settings:
+    """Settings for an in-process gateway: a cheap scrypt cost keeps tests fast."""
+    return config.Settings(
+        token_ttl_ms=3_600_000,
+        database_url=database_url,
+        signing_key_file=signing_key_file,
+        scrypt=config.ScryptCost(log_n=4, block_size=8, parallelism=1),
+        runtime_workdir=tmp_path / "workspace",
+    )
+
+
+@pytest.fixture
+async def gateway(settings: config.Settings) -> AsyncIterator[Gateway]:
+    gateway = Gateway(settings)
+    await gateway.start()
+    yield gateway
+    await gateway.stop()
+
+
+@pytest.fixture
+async def agent(gateway: Gateway) -> AsyncIterator[httpx.AsyncClient]:
+    """A client of the Agent server, in process."""
+    transport = httpx.ASGITransport(app=gateway.agent_app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://agent") as client:
+        yield client
+
+
+@pytest.fixture
+async def public(gateway: Gateway) -> AsyncIterator[httpx.AsyncClient]:
+    """A client of the Public server, in process."""
+    transport = httpx.ASGITransport(app=gateway.public_app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://public") as client:
+        yield client
+
+
+@pytest.fixture
+def served_gateway(tmp_path: Path, database_url: str) -> Iterator[served.ServedGateway]:
+    """A real ``agent-gateway serve`` subprocess (made by ``agent-gateway init``) on free ports."""
+    with served.ServedGateway.start(tmp_path / "deployment", database_url) as gateway:
+        yield gateway

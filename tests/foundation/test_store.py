@@ -1,0 +1,227 @@
+"""The store: transactions, on_commit, notify/subscribe, migrations = tables (store/engine.py, migrate.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from agent_gateway import clock, deployment
+from agent_gateway.signals import service as signals
+from agent_gateway.store import engine, migrate, tables
+from agent_gateway.store.engine import Store
+from tests import served
+
+
+async def insert_user(conn: AsyncConnection, user_id: str) -> None:
+    await conn.execute(tables.users.insert().values(id=user_id, attributes={}, created_at=clock.now_iso()))
+
+
+async def user_ids(store: Store) -> list[str]:
+    async with store.read() as conn:
+        return list((await conn.execute(sa.select(tables.users.c.id).order_by(tables.users.c.id))).scalars())
+
+
+class Boom(Exception):
+    pass
+
+
+async def test_a_committed_transaction_is_durable(store: Store) -> None:
+    async with store.transaction() as conn:
+        await insert_user(conn, "00000000-0000-4000-8000-000000000001")
+    assert await user_ids(store) == ["00000000-0000-4000-8000-000000000001"]
+
+
+async def test_a_rolled_back_transaction_leaves_nothing(store: Store) -> None:
+    with pytest.raises(Boom):
+        async with store.transaction() as conn:
+            await insert_user(conn, "00000000-0000-4000-8000-000000000001")
+            await insert_user(conn, "00000000-0000-4000-8000-000000000002")
+            raise Boom
+    assert await user_ids(store) == []
+    # The connection went back to the pool usable: the next transaction works.
+    async with store.transaction() as conn:
+        await insert_user(conn, "00000000-0000-4000-8000-000000000003")
+    assert await user_ids(store) == ["00000000-0000-4000-8000-000000000003"]
+
+
+async def test_a_failed_statement_rolls_back_the_whole_transaction(store: Store) -> None:
+    with pytest.raises(sa.exc.IntegrityError):
+        async with store.transaction() as conn:
+            await insert_user(conn, "00000000-0000-4000-8000-000000000001")
+            await insert_user(conn, "00000000-0000-4000-8000-000000000001")
+    assert await user_ids(store) == []
+
+
+async def test_on_commit_runs_only_after_the_commit(store: Store) -> None:
+    calls: list[str] = []
+    async with store.transaction() as conn:
+        engine.on_commit(conn, lambda: calls.append("first"))
+        await insert_user(conn, "00000000-0000-4000-8000-000000000001")
+        engine.on_commit(conn, lambda: calls.append("second"))
+        assert calls == []
+    assert calls == ["first", "second"]
+
+
+async def test_on_commit_never_runs_after_a_rollback(store: Store) -> None:
+    calls: list[str] = []
+    with pytest.raises(Boom):
+        async with store.transaction() as conn:
+            engine.on_commit(conn, lambda: calls.append("rolled back"))
+            raise Boom
+    # The next transaction very likely reuses the same pooled connection: the
+    # callback of the rolled-back one must not ride along with its commit.
+    for _ in range(3):
+        async with store.transaction() as conn:
+            await insert_user(conn, str(uuid.uuid4()))
+        async with store.read() as conn:
+            pass
+    assert calls == []
+
+
+async def test_a_read_sees_only_committed_data_while_a_write_is_open(store: Store) -> None:
+    async with store.transaction() as writer:
+        await insert_user(writer, "00000000-0000-4000-8000-000000000001")
+        # A reader is not blocked by the open writer and does not see its rows.
+        assert await user_ids(store) == []
+    assert await user_ids(store) == ["00000000-0000-4000-8000-000000000001"]
+
+
+async def test_concurrent_writers_all_commit(store: Store) -> None:
+    # On SQLite writers take the lock at BEGIN (IMMEDIATE) and wait their turn
+    # on the busy timeout; two read-then-write transactions must not deadlock.
+    async def write(n: int) -> None:
+        async with store.transaction() as conn:
+            await conn.execute(sa.select(sa.func.count()).select_from(tables.users))
+            await asyncio.sleep(0)
+            await insert_user(conn, f"00000000-0000-4000-8000-{n:012d}")
+
+    await asyncio.gather(*(write(n) for n in range(8)))
+    assert len(await user_ids(store)) == 8
+
+
+async def test_notify_wakes_a_waiter_only_after_commit(store: Store) -> None:
+    subscription = store.subscribe("channel")
+    other = store.subscribe("other")
+    async with store.transaction() as conn:
+        engine.notify(conn, "channel")
+        assert await subscription.wait(0) is False
+    assert await subscription.wait(0) is True
+    # A wake-up is consumed by the wait that saw it.
+    assert await subscription.wait(0) is False
+    assert await other.wait(0) is False
+
+
+async def test_notify_in_a_rolled_back_transaction_wakes_nobody(store: Store) -> None:
+    subscription = store.subscribe("channel")
+    with pytest.raises(Boom):
+        async with store.transaction() as conn:
+            engine.notify(conn, "channel")
+            raise Boom
+    async with store.transaction():
+        pass
+    assert await subscription.wait(0) is False
+
+
+async def test_a_blocked_waiter_is_released_by_a_commit(store: Store) -> None:
+    subscription = store.subscribe("channel")
+    waiting = asyncio.create_task(subscription.wait(None))
+    await asyncio.sleep(0)
+    assert not waiting.done()
+    async with store.transaction() as conn:
+        engine.notify(conn, "channel")
+    assert await asyncio.wait_for(waiting, 30) is True
+
+
+async def test_every_subscriber_is_woken_and_unsubscribe_stops_wake_ups(store: Store) -> None:
+    first, second = store.subscribe("channel"), store.subscribe("channel")
+    store.unsubscribe("channel", second)
+    async with store.transaction() as conn:
+        engine.notify(conn, "channel")
+    assert await first.wait(0) is True
+    assert await second.wait(0) is False
+
+
+async def test_a_wake_up_before_the_wait_is_not_lost(store: Store) -> None:
+    subscription = store.subscribe("channel")
+    async with store.transaction() as conn:
+        engine.notify(conn, "channel")
+    # Woken while nobody was waiting: the next wait returns at once, whatever its timeout.
+    assert await subscription.wait(0) is True
+
+
+async def test_signals_emit_is_part_of_the_callers_transaction(store: Store) -> None:
+    subscription = store.subscribe(signals.CHANNEL)
+    with clock.use(clock.FrozenClock("2026-11-21T23:03:30.123Z")):
+        with pytest.raises(Boom):
+            async with store.transaction() as conn:
+                await signals.emit(conn, "rolled.back", {"n": 1})
+                raise Boom
+        assert await subscription.wait(0) is False
+        async with store.transaction() as conn:
+            signal_id = await signals.emit(conn, "some.kind", {"b": [1, None], "a": "é"})
+            assert await subscription.wait(0) is False
+    assert await subscription.wait(0) is True
+    async with store.read() as conn:
+        rows = (await conn.execute(sa.select(tables.signals))).all()
+    assert len(rows) == 1
+    row = rows[0]
+    assert (row.id, row.kind, row.state, row.error) == (signal_id, "some.kind", "pending", None)
+    assert row.emitted_at == "2026-11-21T23:03:30.123Z"
+    assert list(row.payload) == ["b", "a"] and row.payload == {"b": [1, None], "a": "é"}
+
+
+def _schema_differences(connection: sa.Connection) -> list:
+    return compare_metadata(MigrationContext.configure(connection), tables.metadata)
+
+
+async def test_migrations_head_equals_the_table_metadata(store: Store) -> None:
+    async with store.engine.connect() as conn:
+        assert await conn.run_sync(_schema_differences) == []
+
+
+async def test_the_database_is_at_the_single_head(store: Store) -> None:
+    heads = ScriptDirectory.from_config(migrate.alembic_config()).get_heads()
+    assert len(heads) == 1
+    async with store.engine.connect() as conn:
+        current = await conn.run_sync(lambda c: MigrationContext.configure(c).get_current_heads())
+    assert current == tuple(heads)
+
+
+async def test_upgrade_on_a_fresh_database_creates_the_schema_and_is_idempotent(empty_database_url: str) -> None:
+    store = Store(empty_database_url)
+    try:
+        async with store.engine.connect() as conn:
+            assert (await conn.run_sync(_schema_differences)) != []
+        await migrate.upgrade(store.engine)
+        await migrate.upgrade(store.engine)
+        async with store.engine.connect() as conn:
+            assert await conn.run_sync(_schema_differences) == []
+    finally:
+        await store.close()
+
+
+def test_migrate_command_on_a_fresh_database_is_idempotent(tmp_path: Path, empty_database_url: str) -> None:
+    deployment.write(tmp_path / "d")
+    env = {"AGENT_GATEWAY_DATABASE_URL": empty_database_url}
+    for _ in range(2):
+        result = served.run_cli("migrate", config=tmp_path / "d" / "gateway.toml", env=env)
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.strip() == "database is up to date"
+
+    async def check() -> list:
+        store = Store(empty_database_url)
+        try:
+            async with store.engine.connect() as conn:
+                return await conn.run_sync(_schema_differences)
+        finally:
+            await store.close()
+
+    assert asyncio.run(check()) == []

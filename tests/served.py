@@ -1,0 +1,122 @@
+"""A real gateway process for end-to-end tests: ``agent-gateway init`` then ``serve``."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+START_TIMEOUT_S = 30
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def cli_env(config: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENT_GATEWAY_")}
+    env["PYTHONPATH"] = str(SRC) + os.pathsep + env.get("PYTHONPATH", "")
+    env["AGENT_GATEWAY_CONFIG"] = str(config)
+    env.update(extra or {})
+    return env
+
+
+def run_cli(*args: str, config: Path, input: str | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run ``agent-gateway ARGS`` as a subprocess of this checkout's code."""
+    return subprocess.run(
+        [sys.executable, "-m", "agent_gateway", *args],
+        env=cli_env(config, env),
+        input=input,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+class ServedGateway:
+    def __init__(self, directory: Path, process: subprocess.Popen[bytes], env: dict[str, str], log: Path) -> None:
+        self.directory = directory
+        self.config = directory / "gateway.toml"
+        self.process = process
+        self.env = env
+        self.log = log
+        self.public_url = f"http://{env['AGENT_GATEWAY_PUBLIC_LISTEN']}"
+        self.agent_url = f"http://{env['AGENT_GATEWAY_AGENT_LISTEN']}"
+
+    @classmethod
+    @contextlib.contextmanager
+    def start(cls, directory: Path, database_url: str, env: dict[str, str] | None = None) -> Iterator[ServedGateway]:
+        result = run_cli("init", str(directory), config=directory / "gateway.toml")
+        assert result.returncode == 0, result.stderr
+        extra = {
+            "AGENT_GATEWAY_DATABASE_URL": database_url,
+            "AGENT_GATEWAY_PUBLIC_LISTEN": f"127.0.0.1:{free_port()}",
+            "AGENT_GATEWAY_AGENT_LISTEN": f"127.0.0.1:{free_port()}",
+            "AGENT_GATEWAY_AUTH_SCRYPT_LOGN": "10",
+            **(env or {}),
+        }
+        gateway = cls.spawn(directory, extra)
+        try:
+            yield gateway
+        finally:
+            gateway.stop()
+
+    @classmethod
+    def spawn(cls, directory: Path, extra: dict[str, str], args: tuple[str, ...] = ()) -> ServedGateway:
+        """``serve ARGS`` (``--role api``, say) with the deployment's config and ``extra`` variables."""
+        log = directory / f"serve-{time.monotonic_ns()}.log"
+        env = cli_env(directory / "gateway.toml", extra)
+        with open(log, "wb") as out:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "agent_gateway", "serve", *args], env=env, stdout=out, stderr=subprocess.STDOUT
+            )
+        gateway = cls(directory, process, extra, log)
+        gateway.wait_ready()
+        return gateway
+
+    def wait_ready(self) -> None:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"serve exited with {self.process.returncode}:\n{self.output()}")
+            try:
+                for url in (self.public_url, self.agent_url):
+                    httpx.get(f"{url}/openapi.json", timeout=1)
+                return
+            except httpx.TransportError:
+                time.sleep(0.05)
+        raise TimeoutError(f"serve did not answer within {START_TIMEOUT_S}s:\n{self.output()}")
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def cli(self, *args: str, input: str | None = None) -> subprocess.CompletedProcess[str]:
+        return run_cli(*args, config=self.config, input=input, env=self.env)
+
+    def cli_json(self, *args: str, input: str | None = None) -> Any:
+        result = self.cli(*args, input=input)
+        assert result.returncode == 0, result.stderr
+        return orjson.loads(result.stdout)
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 15) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        return self.process.returncode
