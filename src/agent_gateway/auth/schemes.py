@@ -1,0 +1,53 @@
+"""Authentication schemes of the Public server (spec: Authentication 2, 6).
+
+A deployment registers any number of schemes, in order, on
+``Gateway.auth_schemes``. A request is accepted if any scheme authenticates
+it, asked in registration order; a scheme answers ``None`` for a request that
+is not its own (the password scheme, for one without a bearer header) or that
+it refuses. With no scheme registered every protected route answers 401.
+Every failure is the same 401 with the same body.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Protocol
+
+from fastapi import Request
+
+from agent_gateway import errors
+from agent_gateway.store.users import User
+
+FAILURE_MESSAGE = "authentication failed"
+
+
+class AuthenticationFailed(errors.AuthenticationFailed):
+    """authentication failed"""
+
+    def __init__(self) -> None:
+        super().__init__(FAILURE_MESSAGE)
+
+
+@dataclasses.dataclass(frozen=True)
+class Authenticated:
+    """Who a request acts as, and how it proved it."""
+
+    user: User
+    scheme: Scheme
+    # The digest of the presented Token when the password scheme authenticated the request.
+    token_digest: str | None = None
+
+
+class Scheme(Protocol):
+    async def authenticate(self, request: Request) -> Authenticated | None:
+        """The request's User, or None when this scheme does not authenticate it."""
+        ...
+
+
+async def authenticated(request: Request) -> Authenticated:
+    """FastAPI dependency of every protected Public route."""
+    for scheme in request.app.state.auth_schemes:
+        result = await scheme.authenticate(request)
+        if result is not None:
+            return result
+    raise AuthenticationFailed()
