@@ -1,0 +1,108 @@
+"""The Decision log's programmatic API: numbering, transactions, concurrency."""
+
+from __future__ import annotations
+
+import asyncio
+
+import orjson
+import pytest
+
+from agent_gateway import errors
+from agent_gateway.decisions import service
+from agent_gateway.signatures import keys
+from agent_gateway.signatures.identity import AlgorithmMismatch, SigningIdentity
+from agent_gateway.store.engine import Store
+from agent_gateway.store.window import Window
+
+from tests.signatures.helpers import segments
+
+identity = SigningIdentity(keys.generate_pem("ed25519"))
+
+
+async def publish(store: Store, statement: str) -> service.Decision:
+    async with store.transaction() as conn:
+        return await service.publish(conn, identity, statement)
+
+
+async def test_a_rolled_back_publish_leaves_no_record_and_the_log_goes_on(store: Store) -> None:
+    first = await publish(store, "kept")
+
+    class Abort(Exception):
+        pass
+
+    with pytest.raises(Abort):
+        async with store.transaction() as conn:
+            burned = await service.publish(conn, identity, "rolled back")
+            raise Abort
+    after = await publish(store, "next")
+    async with store.read() as conn:
+        log = await service.read(conn, Window(after=0))
+    assert [d.statement for d in log] == ["kept", "next"]
+    # The number may be burned (PostgreSQL's sequence) or drawn again (SQLite), never shared.
+    assert after.seq > first.seq and burned.seq > first.seq
+    assert orjson.loads(segments(after.jws)[1])["seq"] == after.seq
+
+
+async def test_publish_refuses_an_empty_statement(store: Store) -> None:
+    for statement in ("", None, 1):
+        with pytest.raises(errors.InvalidInput):
+            await publish(store, statement)  # type: ignore[arg-type]
+    async with store.read() as conn:
+        assert await service.read(conn, Window()) == []
+
+
+async def test_a_key_that_cannot_sign_stores_nothing(store: Store) -> None:
+    mismatched = SigningIdentity(keys.generate_pem("ed25519"), "ES256")
+    with pytest.raises(AlgorithmMismatch):
+        async with store.transaction() as conn:
+            await service.publish(conn, mismatched, "s")
+    async with store.read() as conn:
+        assert await service.read(conn, Window()) == []
+
+
+async def test_get_raises_not_found(store: Store) -> None:
+    async with store.read() as conn:
+        with pytest.raises(service.DecisionNotFound) as raised:
+            await service.get(conn, 1)
+    assert isinstance(raised.value, errors.NotFound)
+
+
+async def test_publishers_in_several_processes_never_share_a_number_and_pollers_miss_nothing(database_url: str) -> None:
+    """Separate engines stand in for separate gateway processes sharing one database.
+
+    Numbers must also commit in the order they are drawn: a reader polling
+    with ``after`` = the largest number it has seen must end with every
+    Decision, which fails if a lower number can commit after a higher one.
+    """
+    stores = [Store(database_url) for _ in range(3)]
+    reader = Store(database_url)
+    done = asyncio.Event()
+    seen: list[int] = []
+
+    async def poll() -> None:
+        while True:
+            finished = done.is_set()
+            async with reader.read() as conn:
+                page = await service.read(conn, Window(after=seen[-1] if seen else 0, limit=200))
+            seen.extend(d.seq for d in page)
+            if finished and not page:
+                return
+            await asyncio.sleep(0)
+
+    async def publisher(store: Store, name: str) -> list[int]:
+        return [(await publish(store, f"{name}-{index}")).seq for index in range(25)]
+
+    try:
+        poller = asyncio.create_task(poll())
+        results = await asyncio.gather(*(publisher(store, f"p{i}") for i, store in enumerate(stores)))
+        done.set()
+        await poller
+        numbers = sorted(n for result in results for n in result)
+        assert len(set(numbers)) == len(numbers) == 75
+        async with reader.read() as conn:
+            log = [d.seq for d in await service.read(conn, Window(after=0, limit=200))]
+        assert log == numbers
+        assert seen == log
+    finally:
+        for store in (*stores, reader):
+            await store.close()
