@@ -1,0 +1,53 @@
+"""The protocol the Signal Worker hands each Run to.
+
+``await runtime.run(run)`` executes one Run (its ``prompt``, ``session``,
+``id`` and ``signal_id``): returning means the Run is ``done``; raising
+:class:`RunFailed` means ``failed`` with that message; any other exception
+fails the Run too, with the exception named. No timeout is imposed. When the
+gateway stops during a Run, the call is cancelled and must stop its work.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from agent_gateway.config import Address, Settings
+from agent_gateway.store.runs import Run
+
+
+class RunFailed(Exception):
+    """The Run failed; the message is the Run's ``error``."""
+
+    @property
+    def message(self) -> str:
+        return str(self.args[0])
+
+
+class Runtime(Protocol):
+    async def run(self, run: Run) -> None: ...
+
+
+class NoRuntime:
+    """What runs the agent when no ``[runtime] command`` is configured: nothing, so each Run fails."""
+
+    async def run(self, run: Run) -> None:
+        raise RunFailed("no agent program is configured (set [runtime] command in gateway.toml)")
+
+
+def agent_server_url(address: Address) -> str:
+    """The URL an agent program on this host reaches the Agent server at (a wildcard bind means loopback)."""
+    host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(address.host, address.host)
+    return f"http://{Address(host, address.port)}"
+
+
+def from_settings(settings: Settings) -> Runtime:
+    """The command runtime of ``[runtime]``, or :class:`NoRuntime` when no command is set."""
+    from agent_gateway.runtimes.command import CommandRuntime
+
+    if settings.runtime_command is None:
+        return NoRuntime()
+    return CommandRuntime(
+        settings.runtime_command,
+        agent_server_url=agent_server_url(settings.agent_listen),
+        workdir=settings.runtime_workdir,
+    )

@@ -1,0 +1,104 @@
+"""Signals and Runs: the queue that wakes the agent and the record of what it did.
+
+Spec: "Signal", "Run", "States and transitions", "Events". ``emit`` is what
+other areas call (Messages, the Scheduler); the reads back the Agent routes;
+``recover`` is what the Signal Worker does at start.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from agent_gateway import clock, errors
+from agent_gateway.store import engine
+from agent_gateway.store import runs as run_queries
+from agent_gateway.store import signals as signal_queries
+from agent_gateway.store.runs import Run
+from agent_gateway.store.signals import Signal
+
+__all__ = [
+    "CHANNEL",
+    "Run",
+    "RunNotFound",
+    "Signal",
+    "SignalNotFound",
+    "emit",
+    "get_run",
+    "get_signal",
+    "list_runs",
+    "list_signals",
+    "recover",
+]
+
+CHANNEL = "signals"
+STOPPED_SIGNAL_ERROR = (
+    "the gateway stopped while this Signal was processing; a failed Signal is never re-run"
+)
+STOPPED_RUN_ERROR = "the gateway stopped while this Run was running; it is not re-run"
+NOT_STARTED_RUN_ERROR = "never started: the gateway stopped while its Signal was processing"
+
+
+class SignalNotFound(errors.NotFound):
+    """No Signal has that id."""
+
+
+class RunNotFound(errors.NotFound):
+    """No Run has that id."""
+
+
+async def emit(conn: AsyncConnection, kind: str, payload: Any) -> str:
+    """Record a pending Signal inside the caller's transaction; return its id.
+
+    The Signal Worker is woken once that transaction commits, so recording
+    something and waking the agent for it cannot come apart: a rolled-back
+    transaction leaves no Signal and wakes nobody. ``payload`` is any JSON
+    value and is stored exactly as written; ``emittedAt`` (now) is the queue
+    order, ties broken by insertion.
+    """
+    signal_id = str(uuid.uuid4())
+    await signal_queries.insert(conn, id=signal_id, kind=kind, payload=payload, emitted_at=clock.now_iso())
+    engine.notify(conn, CHANNEL)
+    return signal_id
+
+
+async def get_signal(conn: AsyncConnection, signal_id: str) -> Signal:
+    """The Signal with ``signal_id``; raises :class:`SignalNotFound`."""
+    signal = await signal_queries.get(conn, id=signal_id)
+    if signal is None:
+        raise SignalNotFound()
+    return signal
+
+
+async def list_signals(conn: AsyncConnection, limit: int, kind: str | None = None) -> list[Signal]:
+    """Up to ``limit`` Signals, newest first, of one ``kind`` when given."""
+    return await signal_queries.newest(conn, limit=limit, kind=kind)
+
+
+async def get_run(conn: AsyncConnection, run_id: str) -> Run:
+    """The Run with ``run_id``; raises :class:`RunNotFound`."""
+    run = await run_queries.get(conn, id=run_id)
+    if run is None:
+        raise RunNotFound()
+    return run
+
+
+async def list_runs(conn: AsyncConnection, limit: int, signal_id: str | None = None) -> list[Run]:
+    """Up to ``limit`` Runs, newest first by startedAt (not started first), of one Signal when given."""
+    return await run_queries.newest(conn, limit=limit, signal_id=signal_id)
+
+
+async def recover(conn: AsyncConnection) -> list[str]:
+    """Fail what a stopped process left ``processing``; return those Signals' ids.
+
+    Spec: a failed Signal is never re-run, and nothing returns to ``pending``.
+    The Run that was running and the Runs not yet started are failed with
+    their Signal, each with an error that says why. Pending Signals are left
+    alone: the worker runs them.
+    """
+    now = clock.now_iso()
+    await run_queries.fail_unfinished(conn, state=run_queries.RUNNING, error=STOPPED_RUN_ERROR, ended_at=now)
+    await run_queries.fail_unfinished(conn, state=run_queries.PENDING, error=NOT_STARTED_RUN_ERROR, ended_at=now)
+    return await signal_queries.fail_processing(conn, error=STOPPED_SIGNAL_ERROR)

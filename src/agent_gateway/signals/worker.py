@@ -1,0 +1,317 @@
+"""The Signal Worker: claims Signals one at a time and executes their Runs.
+
+Shape (after procrastinate's worker): at start, fail what a stopped process
+left ``processing`` (``service.recover``), then drain — claim the oldest pending
+Signal until none is left — then wait on the ``signals`` channel, which
+``service.emit`` wakes once the emitting transaction commits, with a sweep
+interval only as a safety net. :meth:`Worker.stop` sets an Event; a Run in
+progress is then cancelled (the command runtime stops its program) and
+recorded as failed. Outcome writes are shielded from cancellation.
+
+Transactions: the claim; one that records a Signal's Runs and starts the
+first; then one per Run that ends it and starts the next, the last of which
+also ends the Signal (unless a post phase follows) and claims the next pending
+Signal. So a queue drains at two commits per single-Run Signal, and a Run is
+always recorded ``running`` before the agent sees its Prompt.
+
+Runs are serial across the gateway: one worker, one Run at a time. No
+timeouts are imposed. Logs carry ids, kinds, Sessions and states, never a
+Prompt, a payload or an error text (which may quote either).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import inspect
+import logging
+import uuid
+from collections.abc import Iterable
+from typing import Any
+
+from agent_gateway import clock
+from agent_gateway.runtimes.runtime import RunFailed, Runtime
+from agent_gateway.signals import service
+from agent_gateway.signals.handlers import Handlers, Prompt, TemplateFailed
+from agent_gateway.store import runs as run_queries
+from agent_gateway.store import signals as signal_queries
+from agent_gateway.store.engine import Store
+from agent_gateway.store.notifications import Subscription
+from agent_gateway.store.runs import Run
+from agent_gateway.store.signals import Signal
+
+logger = logging.getLogger(__name__)
+
+# The wake-up after commit is what makes the worker prompt; the sweep only
+# catches Signals emitted where no wake-up reaches this process.
+SWEEP_INTERVAL_S = 5.0
+
+
+class Worker:
+    """The Signal Worker of one process; ``Gateway`` runs :meth:`run` while this process leads."""
+
+    def __init__(self, store: Store, handlers: Handlers, runtime: Runtime) -> None:
+        self.store = store
+        self.handlers = handlers
+        self.runtime = runtime
+        self._stop = asyncio.Event()
+        self._subscription: Subscription | None = None
+        self.active = False
+
+    def stop(self) -> None:
+        """Ask the worker to stop: it cancels a Run in progress and returns from :meth:`run`."""
+        self._stop.set()
+        if self._subscription is not None:
+            self._subscription.wake()
+
+    async def run(self) -> None:
+        """Recover, then drain and wait until :meth:`stop`."""
+        subscription = self._subscription = self.store.subscribe(service.CHANNEL)
+        recovered = False
+        self.active = True
+        try:
+            while not self._stop.is_set():
+                try:
+                    if not recovered:
+                        await self.recover()
+                        recovered = True
+                    while not self._stop.is_set() and await self.process_next():
+                        pass
+                except Exception as exc:  # the database went away: log, then try again after the sweep
+                    logger.error(
+                        "Signal Worker: %s; trying again in %ss", type(exc).__name__, SWEEP_INTERVAL_S,
+                        extra={"action": "worker_error"},
+                    )
+                await subscription.wait(SWEEP_INTERVAL_S)
+        finally:
+            self.active = False
+            self.store.unsubscribe(service.CHANNEL, subscription)
+
+    async def recover(self) -> None:
+        """Fail the Signals (and their unfinished Runs) a stopped process left ``processing``."""
+        async with self.store.transaction() as conn:
+            failed = await service.recover(conn)
+        for signal_id in failed:
+            logger.warning(
+                "Signal %s failed: left processing by a stopped process, not re-run", signal_id,
+                extra={"action": "recover_signal"},
+            )
+
+    async def process_next(self) -> bool:
+        """Claim the oldest pending Signal and process it to its end; False when none is pending.
+
+        The transaction that ends a Signal also claims the next one, so while the
+        queue is not empty this goes on with the Signals claimed that way.
+        """
+        async with self.store.transaction() as conn:
+            signal = await signal_queries.claim_oldest(conn)
+        if signal is None:
+            return False
+        logger.info("Signal %s claimed (kind %s)", signal.id, signal.kind, extra={"action": "claim_signal"})
+        while signal is not None:
+            try:
+                signal = await self._process(signal)
+            except Exception as exc:  # a bug or the database: the Signal must still end, with the reason
+                error = f"the Signal Worker failed while processing this Signal: {_describe(exc)}"
+                step = _Step(signal, abandon=error, end_signal=True, signal_error=error, claim_next=False)
+                await asyncio.shield(self._write(step))
+                signal = None
+        return True
+
+    async def _process(self, signal: Signal) -> Signal | None:
+        """Handle one claimed Signal, record and execute its Runs, run the post phase, end it.
+
+        Returns the next Signal, claimed by the transaction that ended this one.
+        """
+        handler = self.handlers.get(signal.kind)
+        if handler is None:
+            error = f"no Signal Handler is registered for kind {signal.kind!r}"
+            return await self._write(_Step(signal, end_signal=True, signal_error=error))
+        try:
+            prompts = _checked(await _result(handler.handle(signal)))
+        except Exception as exc:
+            error = f"the Signal Handler for kind {signal.kind!r} failed: {_describe(exc)}"
+            return await self._write(_Step(signal, end_signal=True, signal_error=error))
+        post = getattr(handler, "post", None)
+
+        # Each transaction ends one Run and starts the next (the first also records them
+        # all), and, when no post phase follows, the last one ends the Signal too.
+        runs = _runs(signal, prompts)
+        step = _Step(signal, record=runs)
+        failures: list[tuple[Run, str]] = []
+        stopped = False
+        for run in [*runs, None]:
+            if run is not None and self._stop.is_set():
+                stopped, step.fail_pending, run = True, True, None
+            step.start = run
+            if run is None and post is None:
+                step.end_signal, step.signal_error = True, _signal_error(failures, len(runs), stopped)
+            claimed = await asyncio.shield(self._write(step))
+            if run is None:
+                break
+            error = await self._execute(run)
+            if error is not None:
+                failures.append((run, error))
+                stopped = stopped or self._stop.is_set()
+            step = _Step(signal, ended=(run, error))
+
+        if post is None:
+            return claimed
+        post_error = None
+        try:
+            await _result(post(signal, bool(failures) or stopped))
+        except Exception as exc:
+            post_error = f"the post phase of the Signal Handler for kind {signal.kind!r} failed: {_describe(exc)}"
+        error = _signal_error(failures, len(runs), stopped, post_error)
+        return await asyncio.shield(self._write(_Step(signal, end_signal=True, signal_error=error)))
+
+    async def _execute(self, run: Run) -> str | None:
+        """Hand a started Run to the runtime; return its error (None when done)."""
+        call = asyncio.create_task(self._call_runtime(run), name=f"run {run.id}")
+        stopping = asyncio.create_task(self._stop.wait())
+        try:
+            await asyncio.wait({call, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            # Stopped, or cancelled (leadership lost): the agent program must stop too. A
+            # cancelled worker leaves the outcome to recovery, as a killed process would.
+            stopping.cancel()
+            if not call.done():
+                call.cancel()
+                await asyncio.wait({call})
+        return service.STOPPED_RUN_ERROR if call.cancelled() else call.result()
+
+    async def _call_runtime(self, run: Run) -> str | None:
+        try:
+            await self.runtime.run(run)
+        except RunFailed as exc:
+            return exc.message
+        except Exception as exc:
+            return f"the runtime failed: {_describe(exc)}"
+        return None
+
+    async def _write(self, step: _Step) -> Signal | None:
+        """One transaction of a Signal's progress; each transition logged once committed.
+
+        Returns the next Signal when the step ended this one and claimed another.
+        """
+        signal, claimed = step.signal, None
+        async with self.store.transaction() as conn:
+            now = clock.now_iso()
+            if step.record:
+                rows = [(run.id, run.session, run.prompt) for run in step.record]
+                await run_queries.insert_pending(conn, signal_id=signal.id, prompts=rows)
+            if step.ended is not None:
+                ended, error = step.ended
+                await run_queries.finish(conn, id=ended.id, error=_storable(error), ended_at=now)
+            if step.start is not None:
+                await run_queries.start(conn, id=step.start.id, started_at=now)
+            if step.abandon is not None:
+                await run_queries.fail_unfinished(
+                    conn, state=run_queries.RUNNING, error=step.abandon, ended_at=now, signal_id=signal.id
+                )
+            if step.fail_pending or step.abandon is not None:
+                await run_queries.fail_unfinished(
+                    conn, state=run_queries.PENDING, error=service.NOT_STARTED_RUN_ERROR, ended_at=now,
+                    signal_id=signal.id,
+                )
+            if step.end_signal:
+                await signal_queries.finish(conn, id=signal.id, error=_storable(step.signal_error))
+                if step.claim_next and not self._stop.is_set():
+                    claimed = await signal_queries.claim_oldest(conn)
+        if step.ended is not None:
+            ended, error = step.ended
+            logger.info(
+                "Run %s %s (Signal %s, session %s)", ended.id, "done" if error is None else "failed", signal.id,
+                ended.session, extra={"action": "end_run"},
+            )
+        if step.start is not None:
+            logger.info(
+                "Run %s started (Signal %s, session %s)", step.start.id, signal.id, step.start.session,
+                extra={"action": "start_run"},
+            )
+        if step.end_signal:
+            logger.info(
+                "Signal %s %s (kind %s)", signal.id, "done" if step.signal_error is None else "failed", signal.kind,
+                extra={"action": "finish_signal"},
+            )
+        if claimed is not None:
+            logger.info("Signal %s claimed (kind %s)", claimed.id, claimed.kind, extra={"action": "claim_signal"})
+        return claimed
+
+
+@dataclasses.dataclass
+class _Step:
+    """The writes of one transaction, applied in this order."""
+
+    signal: Signal
+    record: list[Run] = dataclasses.field(default_factory=list)
+    ended: tuple[Run, str | None] | None = None
+    start: Run | None = None
+    fail_pending: bool = False
+    abandon: str | None = None  # fail the running Run with this error, and the pending ones
+    end_signal: bool = False
+    signal_error: str | None = None
+    claim_next: bool = True
+
+
+def _runs(signal: Signal, prompts: list[Prompt]) -> list[Run]:
+    """One pending Run per Prompt, in order; a fresh Session is ``run_<run id>``."""
+    runs = []
+    for prompt in prompts:
+        run_id = str(uuid.uuid4())
+        session = f"run_{run_id}" if prompt.session is None else prompt.session
+        runs.append(Run(run_id, signal.id, session, prompt.text, run_queries.PENDING, None, None, None))
+    return runs
+
+
+def _signal_error(
+    failures: list[tuple[Run, str]], total: int, stopped: bool, post_error: str | None = None
+) -> str | None:
+    """The whole story of a Signal that did not go well; None when it is done."""
+    errors = []
+    if stopped:
+        errors.append("the gateway stopped while this Signal was processing")
+    if failures:
+        described = "; ".join(f"Run {run.id} (session {run.session}) failed: {error}" for run, error in failures)
+        errors.append(described if len(failures) == 1 else f"{len(failures)} of {total} Runs failed: {described}")
+    if post_error is not None:
+        errors.append(post_error)
+    return "; ".join(errors) or None
+
+
+async def _result(value: Any) -> Any:
+    """A Handler method may be plain or a coroutine function."""
+    return await value if inspect.isawaitable(value) else value
+
+
+def _checked(prompts: Any) -> list[Prompt]:
+    """The Handler's Prompts, refused (TypeError/ValueError) unless each is storable as a Run."""
+    if not isinstance(prompts, Iterable) or isinstance(prompts, (str, bytes, dict)):
+        raise TypeError(f"handle() must return a list of Prompts, not {type(prompts).__name__}")
+    checked = list(prompts)
+    for prompt in checked:
+        if not isinstance(prompt, Prompt):
+            raise TypeError(f"handle() returned a {type(prompt).__name__}, not a Prompt")
+        if not isinstance(prompt.text, str):
+            raise TypeError(f"a Prompt's text must be a string, not {type(prompt.text).__name__}")
+        if prompt.session is not None and (not isinstance(prompt.session, str) or not prompt.session):
+            raise TypeError("a Prompt's session must be a non-empty string, or None for a fresh Session")
+        for value in (prompt.text, prompt.session or ""):
+            if _storable(value) != value:
+                raise ValueError("a Prompt or Session contains a NUL character or a lone surrogate")
+    return checked
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, TemplateFailed):
+        return str(exc)
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+def _storable(text: str | None) -> str | None:
+    """Text both backends store: PostgreSQL refuses NUL, and UTF-8 has no lone surrogates."""
+    if text is None:
+        return None
+    return text.encode("utf-8", errors="replace").decode("utf-8").replace("\x00", "\ufffd")
+
+

@@ -1,0 +1,368 @@
+"""The Signal Worker end to end, in process, on both backends (spec: Signal, Run, States and transitions)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import pytest
+
+from agent_gateway import clock
+from agent_gateway.signals import service
+from agent_gateway.signals.handlers import Prompt, TemplateHandler
+from agent_gateway.store.signals import Signal
+
+from tests.signals.conftest import (
+    AgentProgram,
+    GatewayFactory,
+    Recording,
+    emit,
+    finished,
+    runs_of,
+    signal_of,
+    stop_worker,
+)
+
+MESSAGE = {"id": "m-1", "userId": "0b7c5e4e-52c3-4a83-a7a4-0ad3c1b8f7a2", "direction": "inbound", "seq": 1,
+           "text": "hello", "createdAt": "2026-11-21T23:03:30.123Z"}
+
+
+class Fanout:
+    """A Python Handler: one Prompt per Session named in the payload, then a post phase."""
+
+    def __init__(self) -> None:
+        self.posts: list[tuple[str, bool]] = []
+
+    def handle(self, signal: Signal) -> list[Prompt]:
+        return [Prompt(f"prompt for {name}", name) for name in signal.payload["sessions"]]
+
+    async def post(self, signal: Signal, failed: bool) -> None:
+        self.posts.append((signal.id, failed))
+
+
+async def test_a_signal_becomes_one_run_per_prompt_and_ends_done(make_gateway: GatewayFactory) -> None:
+    runtime, handler = Recording(), Fanout()
+    gateway = await make_gateway(runtime, register={"fanout": handler})
+    signal_id = await emit(gateway.store, "fanout", {"sessions": ["alpha", "beta", "gamma"]})
+
+    signal = await finished(gateway.store, signal_id)
+    assert (signal.state, signal.error) == ("done", None)
+    runs = await runs_of(gateway.store, signal_id)
+    assert [(run.session, run.prompt, run.state, run.error) for run in runs] == [
+        ("alpha", "prompt for alpha", "done", None),
+        ("beta", "prompt for beta", "done", None),
+        ("gamma", "prompt for gamma", "done", None),
+    ]
+    # Executed one at a time, in the Handler's order.
+    assert [run.session for run in runtime.runs] == ["alpha", "beta", "gamma"]
+    for run in runs:
+        assert run.signal_id == signal_id
+        assert run.started_at is not None and run.ended_at is not None
+        assert run.started_at <= run.ended_at
+    assert runs[0].ended_at <= runs[1].started_at <= runs[1].ended_at <= runs[2].started_at
+    assert handler.posts == [(signal_id, False)]
+
+
+async def test_a_failed_run_does_not_stop_later_runs_and_fails_the_signal(make_gateway: GatewayFactory) -> None:
+    runtime, handler = Recording(fail={"prompt for beta": "the agent gave up"}), Fanout()
+    gateway = await make_gateway(runtime, register={"fanout": handler})
+    signal_id = await emit(gateway.store, "fanout", {"sessions": ["alpha", "beta", "gamma"]})
+
+    signal = await finished(gateway.store, signal_id)
+    runs = await runs_of(gateway.store, signal_id)
+    assert [(run.session, run.state) for run in runs] == [("alpha", "done"), ("beta", "failed"), ("gamma", "done")]
+    assert runs[1].error == "the agent gave up"
+    assert signal.state == "failed"
+    assert signal.error == f"Run {runs[1].id} (session beta) failed: the agent gave up"
+    assert handler.posts == [(signal_id, True)]
+
+
+async def test_several_failed_runs_are_all_named(make_gateway: GatewayFactory) -> None:
+    runtime = Recording(fail={"prompt for a": "first reason", "prompt for b": "second reason"})
+    gateway = await make_gateway(runtime, register={"fanout": Fanout()})
+    signal_id = await emit(gateway.store, "fanout", {"sessions": ["a", "b", "c"]})
+
+    signal = await finished(gateway.store, signal_id)
+    runs = await runs_of(gateway.store, signal_id)
+    assert signal.error == (
+        f"2 of 3 Runs failed: Run {runs[0].id} (session a) failed: first reason; "
+        f"Run {runs[1].id} (session b) failed: second reason"
+    )
+
+
+async def test_a_runtime_that_raises_fails_the_run_with_the_exception_named(make_gateway: GatewayFactory) -> None:
+    class Broken:
+        async def run(self, run: object) -> None:
+            raise KeyError("missing")
+
+    gateway = await make_gateway(Broken(), register={"k": TemplateHandler("k", "hi")})
+    signal_id = await emit(gateway.store, "k", {})
+    signal = await finished(gateway.store, signal_id)
+    [run] = await runs_of(gateway.store, signal_id)
+    assert (run.state, run.error) == ("failed", "the runtime failed: KeyError: 'missing'")
+    assert signal.state == "failed"
+
+
+async def test_a_fresh_session_is_named_after_the_run(make_gateway: GatewayFactory) -> None:
+    class Fresh:
+        def handle(self, signal: Signal) -> list[Prompt]:
+            return [Prompt("one"), Prompt("two")]
+
+    gateway = await make_gateway(Recording(), register={"fresh": Fresh()})
+    signal_id = await emit(gateway.store, "fresh", None)
+    await finished(gateway.store, signal_id)
+    runs = await runs_of(gateway.store, signal_id)
+    assert [run.session for run in runs] == [f"run_{run.id}" for run in runs]
+    assert runs[0].session != runs[1].session
+
+
+async def test_a_handler_returning_no_prompts_ends_done_without_runs(make_gateway: GatewayFactory) -> None:
+    class Nothing:
+        async def handle(self, signal: Signal) -> list[Prompt]:
+            return []
+
+    gateway = await make_gateway(Recording(), register={"quiet": Nothing()})
+    signal_id = await emit(gateway.store, "quiet", [1, 2])
+    signal = await finished(gateway.store, signal_id)
+    assert (signal.state, signal.error) == ("done", None)
+    assert await runs_of(gateway.store, signal_id) == []
+
+
+async def test_a_signal_with_no_handler_fails_every_time(make_gateway: GatewayFactory) -> None:
+    runtime = Recording()
+    gateway = await make_gateway(runtime)
+    first = await emit(gateway.store, "service_schedule_fired", {"scheduleName": "x"})
+    second = await emit(gateway.store, "service_schedule_fired", {"scheduleName": "x"})
+    for signal_id in (first, second):
+        signal = await finished(gateway.store, signal_id)
+        assert signal.state == "failed"
+        assert signal.error == "no Signal Handler is registered for kind 'service_schedule_fired'"
+        assert await runs_of(gateway.store, signal_id) == []
+    assert runtime.runs == []
+
+
+async def test_a_handler_that_raises_fails_the_signal_and_records_no_run(make_gateway: GatewayFactory) -> None:
+    class Raising:
+        def handle(self, signal: Signal) -> list[Prompt]:
+            raise RuntimeError("cannot handle this")
+
+    gateway = await make_gateway(Recording(), register={"bad": Raising()})
+    signal_id = await emit(gateway.store, "bad", {})
+    signal = await finished(gateway.store, signal_id)
+    assert signal.state == "failed"
+    assert signal.error == "the Signal Handler for kind 'bad' failed: RuntimeError: cannot handle this"
+    assert await runs_of(gateway.store, signal_id) == []
+
+
+@pytest.mark.parametrize(
+    ("returned", "reason"),
+    [
+        ("a string", "TypeError: handle() must return a list of Prompts, not str"),
+        (None, "TypeError: handle() must return a list of Prompts, not NoneType"),
+        (["text"], "TypeError: handle() returned a str, not a Prompt"),
+        ([Prompt(3)], "TypeError: a Prompt's text must be a string, not int"),  # type: ignore[arg-type]
+        ([Prompt("x", "")], "TypeError: a Prompt's session must be a non-empty string, or None for a fresh Session"),
+        ([Prompt("nul\x00")], "ValueError: a Prompt or Session contains a NUL character or a lone surrogate"),
+        ([Prompt("x", "\ud800")], "ValueError: a Prompt or Session contains a NUL character or a lone surrogate"),
+    ],
+)
+async def test_a_handler_returning_something_unstorable_fails_the_signal(
+    make_gateway: GatewayFactory, returned: object, reason: str
+) -> None:
+    class Wrong:
+        def handle(self, signal: Signal) -> object:
+            return returned
+
+    gateway = await make_gateway(Recording(), register={"wrong": Wrong()})
+    signal_id = await emit(gateway.store, "wrong", {})
+    signal = await finished(gateway.store, signal_id)
+    assert (signal.state, signal.error) == ("failed", f"the Signal Handler for kind 'wrong' failed: {reason}")
+    assert await runs_of(gateway.store, signal_id) == []
+
+
+async def test_a_post_phase_that_raises_fails_the_signal_after_its_runs(make_gateway: GatewayFactory) -> None:
+    class PostRaises(Fanout):
+        def post(self, signal: Signal, failed: bool) -> None:  # type: ignore[override]
+            raise ValueError(f"post saw failed={failed}")
+
+    gateway = await make_gateway(Recording(), register={"k": PostRaises()})
+    signal_id = await emit(gateway.store, "k", {"sessions": ["s"]})
+    signal = await finished(gateway.store, signal_id)
+    assert [run.state for run in await runs_of(gateway.store, signal_id)] == ["done"]
+    assert signal.state == "failed"
+    assert signal.error == "the post phase of the Signal Handler for kind 'k' failed: ValueError: post saw failed=False"
+
+
+async def test_a_template_that_does_not_render_fails_the_signal_naming_the_kind(make_gateway: GatewayFactory) -> None:
+    tables = {"message.received": {"template": "From {{ userId }}: {{ text }}", "session": "user_{{ userId }}"}}
+    gateway = await make_gateway(Recording(), handlers=tables)
+    bad = await emit(gateway.store, "message.received", {"userId": "u"})
+    good = await emit(gateway.store, "message.received", {"userId": "u", "text": "hi"})
+
+    signal = await finished(gateway.store, bad)
+    assert signal.state == "failed"
+    assert signal.error == (
+        "the Signal Handler for kind 'message.received' failed: "
+        "the template of [handlers.\"message.received\"] did not render: 'text' is undefined"
+    )
+    assert await runs_of(gateway.store, bad) == []
+    assert (await finished(gateway.store, good)).state == "done"
+    [run] = await runs_of(gateway.store, good)
+    assert (run.prompt, run.session) == ("From u: hi", "user_u")
+
+
+async def test_signals_are_claimed_oldest_first_and_runs_are_serial(make_gateway: GatewayFactory) -> None:
+    active, most = 0, 0
+    order: list[str] = []
+
+    class Slow:
+        async def run(self, run: object) -> None:
+            nonlocal active, most
+            active += 1
+            most = max(most, active)
+            order.append(run.prompt)  # type: ignore[attr-defined]
+            await asyncio.sleep(0.001)
+            active -= 1
+
+    frozen = clock.FrozenClock("2026-11-21T10:00:00Z")
+    gateway = await make_gateway(Slow(), register={"k": TemplateHandler("k", "{{ n }}")})
+    with clock.use(frozen):
+        # Same emittedAt for all: ties are broken by emission order. One transaction, so the
+        # worker sees them all at once and must pick by queue order.
+        async with gateway.store.transaction() as conn:
+            ids = [await service.emit(conn, "k", {"n": str(n)}) for n in range(8)]
+        for signal_id in ids:
+            await finished(gateway.store, signal_id)
+    assert order == [str(n) for n in range(8)]
+    assert most == 1
+
+
+async def test_the_worker_is_woken_by_an_emit_not_by_the_sweep(make_gateway: GatewayFactory, monkeypatch) -> None:
+    from agent_gateway.signals import worker
+
+    # With a sweep of an hour, only the wake-up after commit can get this Signal run.
+    monkeypatch.setattr(worker, "SWEEP_INTERVAL_S", 3600)
+    runtime = Recording()
+    gateway = await make_gateway(runtime, register={"k": TemplateHandler("k", "x")})
+    # Once a first Signal has ended, the worker has drained and waits on the channel.
+    assert (await finished(gateway.store, await emit(gateway.store, "k", {}))).state == "done"
+    second = await emit(gateway.store, "k", {})
+    assert (await finished(gateway.store, second)).state == "done"
+
+
+async def test_emit_in_a_rolled_back_transaction_leaves_nothing(make_gateway: GatewayFactory) -> None:
+    runtime = Recording()
+    gateway = await make_gateway(runtime, register={"k": TemplateHandler("k", "x")})
+
+    class Abort(Exception):
+        pass
+
+    with pytest.raises(Abort):
+        async with gateway.store.transaction() as conn:
+            signal_id = await service.emit(conn, "k", {"a": 1})
+            raise Abort()
+    async with gateway.store.read() as conn:
+        assert await service.list_signals(conn, 200) == []
+        with pytest.raises(service.SignalNotFound):
+            await service.get_signal(conn, signal_id)
+    # A later Signal runs, and it is the only one that ever did.
+    later = await emit(gateway.store, "k", {})
+    await finished(gateway.store, later)
+    assert [run.signal_id for run in runtime.runs] == [later]
+
+
+async def test_stopping_during_a_run_fails_that_run_and_its_signal(
+    make_gateway: GatewayFactory, agent_program: AgentProgram
+) -> None:
+    gateway = await make_gateway(register={"k": Fanout()}, runtime_command=agent_program.command("hang"))
+    signal_id = await emit(gateway.store, "k", {"sessions": ["first", "second"]})
+    await agent_program.wait_started()
+    await stop_worker(gateway)
+
+    signal = await signal_of(gateway.store, signal_id)
+    runs = await runs_of(gateway.store, signal_id)
+    assert [(run.session, run.state) for run in runs] == [("first", "failed"), ("second", "failed")]
+    assert runs[0].error == service.STOPPED_RUN_ERROR
+    assert runs[0].started_at is not None
+    assert runs[1].error == service.NOT_STARTED_RUN_ERROR
+    assert runs[1].started_at is None
+    assert signal.state == "failed"
+    assert signal.error.startswith("the gateway stopped while this Signal was processing; ")
+    assert len(agent_program.calls()) == 1
+
+
+async def test_logs_name_ids_kinds_sessions_and_states_never_prompts_or_payloads(
+    make_gateway: GatewayFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="agent_gateway.signals.worker")
+    runtime = Recording(fail={"SECRET-PROMPT": "SECRET-ERROR"})
+    gateway = await make_gateway(runtime, register={"k": TemplateHandler("k", "SECRET-PROMPT", "session-{{ who }}")})
+    signal_id = await emit(gateway.store, "k", {"who": "w", "secret": "SECRET-PAYLOAD"})
+    await finished(gateway.store, signal_id)
+    [run] = await runs_of(gateway.store, signal_id)
+    lines = [record.getMessage() for record in caplog.records if record.name == "agent_gateway.signals.worker"]
+    assert lines == [
+        f"Signal {signal_id} claimed (kind k)",
+        f"Run {run.id} started (Signal {signal_id}, session session-w)",
+        f"Run {run.id} failed (Signal {signal_id}, session session-w)",
+        f"Signal {signal_id} failed (kind k)",
+    ]
+    assert "SECRET" not in caplog.text
+
+
+@pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
+async def test_two_processes_run_one_worker_between_them(make_gateway: GatewayFactory) -> None:
+    """Runs are serial across the deployment: a second process is a standby, never a second worker."""
+    active, most = 0, 0
+    seen: list[str] = []
+
+    class Counting:
+        async def run(self, run: object) -> None:
+            nonlocal active, most
+            active += 1
+            most = max(most, active)
+            seen.append(run.signal_id)  # type: ignore[attr-defined]
+            await asyncio.sleep(0.002)
+            active -= 1
+
+    handler = TemplateHandler("k", "x")
+    first = await make_gateway(Counting(), register={"k": handler})
+    second = await make_gateway(Counting(), register={"k": handler})
+    ids = [await emit(first.store, "k", {"n": n}) for n in range(20)]
+    for signal_id in ids:
+        assert (await finished(first.store, signal_id)).state == "done"
+    assert most == 1
+    assert sorted(seen) == sorted(ids)  # each Signal ran once
+    # Stopping the standby (or the leader) returns: neither waits for leadership it does not hold.
+    await second.stop()
+    await first.stop()
+
+
+async def test_a_worker_failure_mid_signal_still_ends_the_signal_and_its_runs(
+    make_gateway: GatewayFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Fault injection: recording a Run's end raises once; the Signal and the Run still end, saying why."""
+    from agent_gateway.store import runs as run_queries
+
+    finish = run_queries.finish
+    calls = 0
+
+    async def finish_failing_once(*args: object, **kwargs: object) -> bool:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise RuntimeError("injected")
+        return await finish(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(run_queries, "finish", finish_failing_once)
+    gateway = await make_gateway(Recording(), register={"k": TemplateHandler("k", "x")})
+    broken = await emit(gateway.store, "k", {})
+    fine = await emit(gateway.store, "k", {})
+
+    signal = await finished(gateway.store, broken)
+    expected = "the Signal Worker failed while processing this Signal: RuntimeError: injected"
+    assert (signal.state, signal.error) == ("failed", expected)
+    [run] = await runs_of(gateway.store, broken)
+    assert (run.state, run.error) == ("failed", expected)
+    assert run.ended_at is not None
+    assert (await finished(gateway.store, fine)).state == "done"
