@@ -1,0 +1,167 @@
+"""The Message-log service and its queries, on both backends."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+
+from agent_gateway import clock
+from agent_gateway.messages import service
+from agent_gateway.store import messages as queries
+from agent_gateway.store.engine import Store
+from agent_gateway.store.window import Window
+from agent_gateway.users import service as users
+
+from tests.messages.records import stored_messages, stored_signals, waiting_on_a_lock
+
+
+async def admit(store: Store) -> str:
+    async with store.transaction() as conn:
+        return (await users.admit(conn)).id
+
+
+async def test_both_directions_share_one_sequence(store: Store) -> None:
+    user_id = await admit(store)
+    async with store.transaction() as conn:
+        first = await service.receive(conn, user_id, "hello")
+        second = await service.send(conn, user_id, "hi there")
+        third = await service.receive(conn, user_id, "thanks")
+    assert [(m.seq, m.direction, m.text) for m in (first, second, third)] == [
+        (1, "inbound", "hello"),
+        (2, "outbound", "hi there"),
+        (3, "inbound", "thanks"),
+    ]
+    async with store.read() as conn:
+        log = await service.read(conn, user_id, Window())
+    assert log == [first, second, third]
+
+
+async def test_message_fields(store: Store) -> None:
+    user_id = await admit(store)
+    with clock.use(clock.FrozenClock("2026-11-21T23:03:30.123Z")):
+        async with store.transaction() as conn:
+            message = await service.send(conn, user_id, "x")
+    assert message.to_json() == {
+        "id": message.id,
+        "userId": user_id,
+        "direction": "outbound",
+        "seq": 1,
+        "text": "x",
+        "createdAt": "2026-11-21T23:03:30.123Z",
+    }
+    assert message.id and isinstance(message.id, str)
+
+
+async def test_receive_emits_one_signal_carrying_the_message(store: Store) -> None:
+    user_id = await admit(store)
+    async with store.transaction() as conn:
+        message = await service.receive(conn, user_id, "wake up")
+    [signal] = await stored_signals(store)
+    assert signal["kind"] == "message.received"
+    assert signal["state"] == "pending"
+    assert signal["payload"] == message.to_json()
+    assert list(signal["payload"]) == ["id", "userId", "direction", "seq", "text", "createdAt"]
+
+
+async def test_send_emits_no_signal(store: Store) -> None:
+    user_id = await admit(store)
+    async with store.transaction() as conn:
+        await service.send(conn, user_id, "an answer")
+    assert await stored_signals(store) == []
+
+
+async def test_rolled_back_receive_leaves_neither_message_nor_signal(store: Store) -> None:
+    user_id = await admit(store)
+    with pytest.raises(RuntimeError):
+        async with store.transaction() as conn:
+            await service.receive(conn, user_id, "never mind")
+            raise RuntimeError("the caller's transaction fails later")
+    assert await stored_messages(store) == []
+    assert await stored_signals(store) == []
+
+
+async def test_another_users_activity_never_moves_a_users_seq(store: Store) -> None:
+    alice, bob = await admit(store), await admit(store)
+    async with store.transaction() as conn:
+        for n in range(3):
+            await service.receive(conn, alice, f"a{n}")
+            await service.send(conn, bob, f"b{n}")
+            await service.send(conn, bob, f"b{n}'")
+    async with store.read() as conn:
+        alice_log = await service.read(conn, alice, Window())
+        bob_log = await service.read(conn, bob, Window())
+    assert [m.seq for m in alice_log] == [1, 2, 3]
+    assert [m.text for m in alice_log] == ["a0", "a1", "a2"]
+    assert [m.seq for m in bob_log] == [1, 2, 3, 4, 5, 6]
+    assert {m.user_id for m in bob_log} == {bob}
+
+
+@pytest.mark.parametrize("write", [service.receive, service.send])
+async def test_unknown_user_is_refused_and_nothing_stored(store: Store, write) -> None:
+    with pytest.raises(users.UserNotFound):
+        async with store.transaction() as conn:
+            await write(conn, str(uuid.uuid4()), "anyone there?")
+    assert await stored_messages(store) == []
+    assert await stored_signals(store) == []
+
+
+@pytest.mark.parametrize("text", ["", "a\x00b", "\x00", None, 7, ["a"]])
+@pytest.mark.parametrize("write", [service.receive, service.send])
+async def test_invalid_text_is_refused_and_nothing_stored(store: Store, write, text) -> None:
+    user_id = await admit(store)
+    with pytest.raises(service.InvalidText):
+        async with store.transaction() as conn:
+            await write(conn, user_id, text)
+    assert await stored_messages(store) == []
+
+
+async def test_reading_the_log_of_nobody_is_empty(store: Store) -> None:
+    async with store.read() as conn:
+        assert await service.read(conn, str(uuid.uuid4()), Window()) == []
+
+
+async def test_cursor_windows(store: Store) -> None:
+    user_id = await admit(store)
+    async with store.transaction() as conn:
+        for n in range(1, 8):
+            await service.send(conn, user_id, str(n))
+
+    async def seqs(window: Window) -> list[int]:
+        async with store.read() as conn:
+            return [m.seq for m in await service.read(conn, user_id, window)]
+
+    assert await seqs(Window(limit=3)) == [5, 6, 7]
+    assert await seqs(Window(before=5, limit=3)) == [2, 3, 4]
+    assert await seqs(Window(before=2, limit=3)) == [1]
+    assert await seqs(Window(after=0, limit=3)) == [1, 2, 3]
+    assert await seqs(Window(after=3, limit=3)) == [4, 5, 6]
+    assert await seqs(Window(after=7)) == []
+    assert await seqs(Window(before=1)) == []
+
+
+# PostgreSQL only: SQLite serialises writers at BEGIN IMMEDIATE, so two cannot interleave.
+@pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
+async def test_a_lost_race_raises_and_the_transaction_stores_nothing(store: Store) -> None:
+    """Two writers that skip the User lock compute the same seq; the loser gets LostRace.
+
+    Run for real on PostgreSQL (two open transactions). On SQLite a second
+    writer cannot even begin while the first holds BEGIN IMMEDIATE, so the
+    race cannot happen there; the HTTP tests provoke the collision on both.
+    """
+    user_id = await admit(store)
+    fields = dict(user_id=user_id, direction="outbound", text="x", created_at=clock.now_iso())
+    async with store.transaction() as winner:
+        await queries.append(winner, id=str(uuid.uuid4()), **fields)
+
+        async def lose() -> None:
+            async with store.transaction() as loser:
+                # Computes seq 1 (the winner's row is uncommitted), then waits on the key.
+                await queries.append(loser, id=str(uuid.uuid4()), **fields)
+
+        losing = asyncio.create_task(lose())
+        await waiting_on_a_lock(store)
+    with pytest.raises(queries.LostRace):
+        await losing
+    assert [row["seq"] for row in await stored_messages(store)] == [1]
