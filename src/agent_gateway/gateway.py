@@ -120,5 +120,4 @@ class Gateway:
             if not self.worker.active:
                 self._worker_task.cancel()  # a standby waiting for leadership
             await asyncio.gather(self._worker_task, return_exceptions=True)
-        await self.password_scheme.close()
         await self.store.close()

@@ -35,8 +35,7 @@ async def test_a_rolled_back_publish_leaves_no_record_and_the_log_goes_on(store:
             burned = await service.publish(conn, identity, "rolled back")
             raise Abort
     after = await publish(store, "next")
-    async with store.read() as conn:
-        log = await service.read(conn, Window(after=0))
+    log = await service.read(store, Window(after=0))
     assert [d.statement for d in log] == ["kept", "next"]
     # The number may be burned (PostgreSQL's sequence) or drawn again (SQLite), never shared.
     assert after.seq > first.seq and burned.seq > first.seq
@@ -47,8 +46,7 @@ async def test_publish_refuses_an_empty_statement(store: Store) -> None:
     for statement in ("", None, 1):
         with pytest.raises(errors.InvalidInput):
             await publish(store, statement)  # type: ignore[arg-type]
-    async with store.read() as conn:
-        assert await service.read(conn, Window()) == []
+    assert await service.read(store, Window()) == []
 
 
 async def test_a_key_that_cannot_sign_stores_nothing(store: Store) -> None:
@@ -56,14 +54,12 @@ async def test_a_key_that_cannot_sign_stores_nothing(store: Store) -> None:
     with pytest.raises(AlgorithmMismatch):
         async with store.transaction() as conn:
             await service.publish(conn, mismatched, "s")
-    async with store.read() as conn:
-        assert await service.read(conn, Window()) == []
+    assert await service.read(store, Window()) == []
 
 
 async def test_get_raises_not_found(store: Store) -> None:
-    async with store.read() as conn:
-        with pytest.raises(service.DecisionNotFound) as raised:
-            await service.get(conn, 1)
+    with pytest.raises(service.DecisionNotFound) as raised:
+        await service.get(store, 1)
     assert isinstance(raised.value, errors.NotFound)
 
 
@@ -82,8 +78,7 @@ async def test_publishers_in_several_processes_never_share_a_number_and_pollers_
     async def poll() -> None:
         while True:
             finished = done.is_set()
-            async with reader.read() as conn:
-                page = await service.read(conn, Window(after=seen[-1] if seen else 0, limit=200))
+            page = await service.read(reader, Window(after=seen[-1] if seen else 0, limit=200))
             seen.extend(d.seq for d in page)
             if finished and not page:
                 return
@@ -99,8 +94,7 @@ async def test_publishers_in_several_processes_never_share_a_number_and_pollers_
         await poller
         numbers = sorted(n for result in results for n in result)
         assert len(set(numbers)) == len(numbers) == 75
-        async with reader.read() as conn:
-            log = [d.seq for d in await service.read(conn, Window(after=0, limit=200))]
+        log = [d.seq for d in await service.read(reader, Window(after=0, limit=200))]
         assert log == numbers
         assert seen == log
     finally:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import uuid
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agent_gateway import clock, deployment
 from agent_gateway.signals import service as signals
-from agent_gateway.store import engine, migrate, tables
+from agent_gateway.store import direct, engine, migrate, sqlite, tables
 from agent_gateway.store.engine import Store
 from tests import served
 
@@ -225,3 +226,86 @@ def test_migrate_command_on_a_fresh_database_is_idempotent(tmp_path: Path, empty
             await store.close()
 
     assert asyncio.run(check()) == []
+
+
+_USER_IDS = direct.Query(sa.select(tables.users.c.id).order_by(tables.users.c.id))
+_USER_BY_ID = direct.Query(sa.select(tables.users.c.id, tables.users.c.attributes).where(tables.users.c.id == sa.bindparam("id")))
+
+
+async def test_a_direct_read_sees_each_commit_at_once_and_never_an_open_write(store: Store) -> None:
+    first, second = "00000000-0000-4000-8000-000000000001", "00000000-0000-4000-8000-000000000002"
+    assert await store.fetch(_USER_IDS) == []
+    async with store.transaction() as conn:
+        await insert_user(conn, first)
+        assert await store.fetch(_USER_IDS) == []
+    assert [tuple(row) for row in await store.fetch(_USER_IDS)] == [(first,)]
+    # Rows come as the driver gives them: JSON columns are their text.
+    assert [tuple(row) for row in await store.fetch(_USER_BY_ID, id=first)] == [(first, "{}")]
+    await store.close()  # closing is safe to repeat, and the next read reopens
+    await store.close()
+    async with store.transaction() as conn:
+        await insert_user(conn, second)
+    assert [row[0] for row in await store.fetch(_USER_IDS)] == [first, second]
+
+
+async def test_a_direct_read_of_an_in_memory_database_uses_its_one_connection() -> None:
+    store = Store("sqlite:///:memory:")
+    try:
+        async with store.engine.begin() as conn:
+            await conn.run_sync(tables.metadata.create_all)
+        async with store.transaction() as conn:
+            await insert_user(conn, "00000000-0000-4000-8000-000000000001")
+        assert [row[0] for row in await store.fetch(_USER_IDS)] == ["00000000-0000-4000-8000-000000000001"]
+    finally:
+        await store.close()
+
+
+async def test_a_sqlite_writer_waits_for_another_processs_lock_without_holding_up_the_loop(
+    database_url: str, store: Store
+) -> None:
+    if not database_url.startswith("sqlite"):
+        pytest.skip("SQLite's write lock")
+    other = Store(database_url)  # another process's connections to the same file
+    ticks = 0
+
+    async def tick() -> None:
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await asyncio.sleep(0.001)
+
+    async def write() -> None:
+        async with store.transaction() as conn:
+            await insert_user(conn, "00000000-0000-4000-8000-000000000002")
+
+    ticker = asyncio.create_task(tick())
+    try:
+        async with other.transaction() as conn:
+            await insert_user(conn, "00000000-0000-4000-8000-000000000001")
+            waiting = asyncio.create_task(write())
+            await asyncio.sleep(0.3)
+            assert not waiting.done()
+            assert ticks > 20  # the loop kept running while the writer waited
+        await asyncio.wait_for(waiting, 5)
+        assert len(await user_ids(store)) == 2
+    finally:
+        ticker.cancel()
+        await other.close()
+
+
+async def test_a_sqlite_writer_gives_up_after_the_busy_timeout(
+    database_url: str, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if not database_url.startswith("sqlite"):
+        pytest.skip("SQLite's write lock")
+    monkeypatch.setattr(sqlite, "BUSY_TIMEOUT_S", 0.2)
+    other = Store(database_url)
+    try:
+        async with other.transaction():
+            # BEGIN goes straight to the driver, so its error is the driver's.
+            with pytest.raises(sqlite3.OperationalError, match="database is locked"):
+                async with store.transaction() as conn:
+                    await insert_user(conn, "00000000-0000-4000-8000-000000000002")
+        assert await user_ids(store) == []
+    finally:
+        await other.close()

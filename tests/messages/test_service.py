@@ -33,8 +33,7 @@ async def test_both_directions_share_one_sequence(store: Store) -> None:
         (2, "outbound", "hi there"),
         (3, "inbound", "thanks"),
     ]
-    async with store.read() as conn:
-        log = await service.read(conn, user_id, Window())
+    log = await service.read(store, user_id, Window())
     assert log == [first, second, third]
 
 
@@ -89,9 +88,8 @@ async def test_another_users_activity_never_moves_a_users_seq(store: Store) -> N
             await service.receive(conn, alice, f"a{n}")
             await service.send(conn, bob, f"b{n}")
             await service.send(conn, bob, f"b{n}'")
-    async with store.read() as conn:
-        alice_log = await service.read(conn, alice, Window())
-        bob_log = await service.read(conn, bob, Window())
+    alice_log = await service.read(store, alice, Window())
+    bob_log = await service.read(store, bob, Window())
     assert [m.seq for m in alice_log] == [1, 2, 3]
     assert [m.text for m in alice_log] == ["a0", "a1", "a2"]
     assert [m.seq for m in bob_log] == [1, 2, 3, 4, 5, 6]
@@ -118,8 +116,7 @@ async def test_invalid_text_is_refused_and_nothing_stored(store: Store, write, t
 
 
 async def test_reading_the_log_of_nobody_is_empty(store: Store) -> None:
-    async with store.read() as conn:
-        assert await service.read(conn, str(uuid.uuid4()), Window()) == []
+    assert await service.read(store, str(uuid.uuid4()), Window()) == []
 
 
 async def test_cursor_windows(store: Store) -> None:
@@ -129,8 +126,7 @@ async def test_cursor_windows(store: Store) -> None:
             await service.send(conn, user_id, str(n))
 
     async def seqs(window: Window) -> list[int]:
-        async with store.read() as conn:
-            return [m.seq for m in await service.read(conn, user_id, window)]
+        return [m.seq for m in await service.read(store, user_id, window)]
 
     assert await seqs(Window(limit=3)) == [5, 6, 7]
     assert await seqs(Window(before=5, limit=3)) == [2, 3, 4]

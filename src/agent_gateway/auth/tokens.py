@@ -55,16 +55,12 @@ class PasswordScheme:
     """
 
     def __init__(self, store: Store) -> None:
-        self._lookup = queries.UserByToken(store)
-
-    async def close(self) -> None:
-        """Close the lookup's database connections (the gateway does at stop)."""
-        await self._lookup.close()
+        self._store = store
 
     async def authenticate(self, request: Request) -> Authenticated | None:
         token = bearer(request.headers.get("authorization"))
         if token is None:
             return None
         token_digest = digest(token)
-        user = await self._lookup.user(digest=token_digest, now=clock.now_iso())
+        user = await queries.user_by_digest(self._store, digest=token_digest, now=clock.now_iso())
         return None if user is None else Authenticated(user, self, token_digest)

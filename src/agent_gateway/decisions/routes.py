@@ -42,15 +42,13 @@ Authenticated = Annotated[schemes.Authenticated, Depends(schemes.authenticated)]
 
 
 async def _read(request: Request, window: Window) -> Any:
-    async with request.app.state.store.read() as conn:
-        decisions = await service.read(conn, window)
+    decisions = await service.read(request.app.state.store, window)
     return json_response({"decisions": [decision.to_json() for decision in decisions]})
 
 
 async def _get(request: Request, seq: str) -> Any:
     number = params.seq_path(seq)
-    async with request.app.state.store.read() as conn:
-        decision = await service.get(conn, number)
+    decision = await service.get(request.app.state.store, number)
     return json_response(decision.to_json())
 
 

@@ -14,6 +14,7 @@ from agent_gateway.signatures.identity import SigningIdentity
 from agent_gateway.signatures.service import DECISION_TYP
 from agent_gateway.store import decisions as queries
 from agent_gateway.store.decisions import Decision
+from agent_gateway.store.engine import Store
 from agent_gateway.store.window import Window
 
 __all__ = ["Decision", "DecisionNotFound", "get", "publish", "read"]
@@ -44,14 +45,14 @@ async def publish(conn: AsyncConnection, identity: SigningIdentity, statement: s
     return await queries.insert(conn, seq=seq, statement=statement, jws=jws, created_at=created_at)
 
 
-async def get(conn: AsyncConnection, seq: int) -> Decision:
+async def get(store: Store, seq: int) -> Decision:
     """The Decision numbered ``seq``; raises :class:`DecisionNotFound` (not evidence of a withheld one)."""
-    decision = await queries.get(conn, seq=seq)
+    decision = await queries.get(store, seq=seq)
     if decision is None:
         raise DecisionNotFound()
     return decision
 
 
-async def read(conn: AsyncConnection, window: Window) -> list[Decision]:
+async def read(store: Store, window: Window) -> list[Decision]:
     """The Decisions of a cursor window, ascending by number (spec: Cursor-window reads)."""
-    return await queries.window(conn, window=window)
+    return await queries.window(store, window=window)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import sqlite3
 from http import HTTPStatus
 from typing import Any
 
@@ -99,10 +100,12 @@ async def _validation_error(request: Request, exc: Exception) -> Response:
 # connection, SQLite's lock held past the busy timeout. Not bugs: the client may retry.
 # The asyncpg classes: a lost connection (08xxx); a server shutting down, crashed or
 # starting up (57P01-57P03); and the client's protocol state broken by a server that
-# ended the session mid-statement (MagicStack/asyncpg#1069). The Token lookup's own
-# pool raises them unwrapped.
+# ended the session mid-statement (MagicStack/asyncpg#1069). Reads straight on the
+# driver (store.direct) and SQLite's BEGIN raise them unwrapped; SQLite's own
+# OperationalError stands for the lock held past the busy timeout, as SQLAlchemy's does.
 UNAVAILABLE = (
     ConnectionError,
+    sqlite3.OperationalError,
     TimeoutError,
     asyncpg.InterfaceError,
     asyncpg.InternalClientError,

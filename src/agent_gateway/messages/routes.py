@@ -75,8 +75,7 @@ async def read_log(
     if user is None:
         raise errors.InvalidInput("user is required")
     user_id = params.uuid("user", user)
-    async with request.app.state.store.read() as conn:
-        messages = await service.read(conn, user_id, window)
+    messages = await service.read(request.app.state.store, user_id, window)
     return _page(messages)
 
 
@@ -107,8 +106,7 @@ Caller = Annotated[schemes.Authenticated, Depends(schemes.authenticated)]
 async def read_own_log(
     request: Request, caller: Caller, window: Annotated[Window, Depends(params.cursor_window)]
 ) -> Any:
-    async with request.app.state.store.read() as conn:
-        messages = await service.read(conn, caller.user.id, window)
+    messages = await service.read(request.app.state.store, caller.user.id, window)
     return _page(messages)
 
 

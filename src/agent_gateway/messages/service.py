@@ -21,6 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from agent_gateway import clock, errors
 from agent_gateway.signals import service as signals
 from agent_gateway.store import messages as queries
+from agent_gateway.store.engine import Store
 from agent_gateway.store.messages import LostRace, Message
 from agent_gateway.store.window import Window
 from agent_gateway.users.service import UserNotFound
@@ -57,12 +58,12 @@ async def send(conn: AsyncConnection, user_id: str, text: str) -> Message:
     return await _append(conn, user_id, OUTBOUND, text)
 
 
-async def read(conn: AsyncConnection, user_id: str, window: Window) -> list[Message]:
+async def read(store: Store, user_id: str, window: Window) -> list[Message]:
     """One cursor window of a User's log, ascending by ``seq``, both directions interleaved.
 
     A User nobody holds has an empty log (the read routes list no 404).
     """
-    return await queries.window(conn, user_id=user_id, window=window)
+    return await queries.window(store, user_id=user_id, window=window)
 
 
 class InvalidText(errors.InvalidInput):

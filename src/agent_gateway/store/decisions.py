@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from agent_gateway import jsontext
+from agent_gateway.store import direct
 from agent_gateway.store import window as windows
+from agent_gateway.store.engine import Store
 from agent_gateway.store.tables import decisions
 
 # The sequence PostgreSQL creates for the serial column decisions.seq.
@@ -56,12 +60,20 @@ async def insert(conn: AsyncConnection, *, seq: int, statement: str, jws: str, c
     return Decision(seq, statement, jws, created_at)
 
 
-async def get(conn: AsyncConnection, *, seq: int) -> Decision | None:
-    row = (await conn.execute(sa.select(*_COLUMNS).where(decisions.c.seq == seq))).first()
-    return Decision(*row) if row else None
+_GET = direct.Query(sa.select(*_COLUMNS).where(decisions.c.seq == sa.bindparam("seq")))
+_WINDOWS = windows.Queries(sa.select(*_COLUMNS), decisions.c.seq)
 
 
-async def window(conn: AsyncConnection, *, window: windows.Window) -> list[Decision]:
+async def get(store: Store, *, seq: int) -> Decision | None:
+    rows = await store.fetch(_GET, seq=seq)
+    return _decision(rows[0]) if rows else None
+
+
+async def window(store: Store, *, window: windows.Window) -> list[Decision]:
     """The Decisions of a cursor window, ascending by number."""
-    rows = (await conn.execute(windows.apply(sa.select(*_COLUMNS), decisions.c.seq, window))).all()
-    return [Decision(*row) for row in windows.ascending(rows, window)]
+    return [_decision(row) for row in await _WINDOWS.rows(store, window)]
+
+
+def _decision(row: Sequence[Any]) -> Decision:
+    seq, statement, jws, created_at = row
+    return Decision(seq, jsontext.loads(statement), jws, created_at)

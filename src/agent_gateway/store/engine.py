@@ -10,16 +10,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import re
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy.util import await_
 
-from agent_gateway.store import notifications
+from agent_gateway.store import direct, notifications, sqlite
 
-SQLITE_BUSY_TIMEOUT_MS = 30_000
+SQLITE_PRAGMAS = ("journal_mode=WAL", "foreign_keys=ON", "synchronous=NORMAL")
+# Connections kept open per process. Opening one is dear (on SQLite it runs on the
+# loop), and requests beyond the pool's size would open and close one each.
+POOL_SIZE = 20
 _PG_NOTIFY = sa.text("SELECT pg_notify(:channel, :payload)")
 _ON_COMMIT = "agent_gateway.on_commit"
 _STORE = "agent_gateway.store"
@@ -27,7 +33,7 @@ _CHANNELS = "agent_gateway.channels"
 
 
 def async_url(url: str) -> str:
-    """Map the configured URL to the async driver's: aiosqlite or asyncpg."""
+    """Map the configured URL to the async dialect's: aiosqlite (driven by :mod:`.sqlite`) or asyncpg."""
     url = re.sub(r"^postgres(ql)?(\+\w+)?://", "postgresql+asyncpg://", url)
     return re.sub(r"^sqlite(\+\w+)?://", "sqlite+aiosqlite://", url)
 
@@ -38,37 +44,33 @@ def libpq_dsn(url: str) -> str:
 
 
 def create_engine(url: str) -> AsyncEngine:
-    sqlite = url.startswith("sqlite")
+    options: dict[str, object] = {"pool_size": POOL_SIZE}
+    if url.startswith("sqlite"):
+        database = sa.make_url(url).database or ":memory:"
+        options["async_creator"] = functools.partial(sqlite.connect, database, pragmas=SQLITE_PRAGMAS)
+        if database == ":memory:":  # one connection, or each would see its own database
+            del options["pool_size"]
     engine = create_async_engine(
         async_url(url),
         # Every Store transaction ends in COMMIT or ROLLBACK, so the pool need not reset.
         pool_reset_on_return=None,
         # No pre-ping (a round trip per request): a connection found dead fails its one
         # request with a 503 and makes the pool replace every connection older than it.
+        **options,
     )
-    if sqlite:
-        _configure_sqlite(engine)
+    if url.startswith("sqlite"):
+        _begin_sqlite_writers_immediately(engine)
     return engine
 
 
-def _configure_sqlite(engine: AsyncEngine) -> None:
-    # pysqlite's own transaction handling begins lazily and can deadlock two
-    # writers that both started as readers; take over BEGIN so that writing
-    # transactions start with BEGIN IMMEDIATE and wait on the busy timeout.
-    @event.listens_for(engine.sync_engine, "connect")
-    def _connect(dbapi_connection, _record):  # type: ignore[no-untyped-def]
-        dbapi_connection.isolation_level = None
-        cursor = dbapi_connection.cursor()
-        cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute("PRAGMA foreign_keys=ON")
-        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
-        cursor.execute("PRAGMA synchronous=NORMAL")
-        cursor.close()
-
+def _begin_sqlite_writers_immediately(engine: AsyncEngine) -> None:
+    # A transaction that begins as a reader and then writes can deadlock with
+    # another such writer; writing transactions take the write lock up front.
+    # BEGIN goes straight to the driver: through SQLAlchemy it costs as much as a query.
     @event.listens_for(engine.sync_engine, "begin")
     def _begin(conn):  # type: ignore[no-untyped-def]
         immediate = conn.get_execution_options().get("write", True)
-        conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+        await_(conn.connection.driver_connection.begin(immediate=immediate))
 
 
 def on_commit(conn: AsyncConnection, callback: Callable[[], None]) -> None:
@@ -95,13 +97,26 @@ class Store:
     def __init__(self, url: str) -> None:
         self.url = url
         self.engine = create_engine(url)
+        # Execution options set once here: setting them per connection costs every request.
+        if self.dialect == "postgresql":
+            self._reader = self.engine.execution_options(isolation_level="AUTOCOMMIT")
+        else:
+            self._reader = self.engine.execution_options(write=False)
         self.notifier = notifications.Notifier()
         self._sqlite_writer = asyncio.Lock() if self.dialect == "sqlite" else None
         self._listener: notifications.PostgresListener | notifications.SqliteListener | None = None
         self._sender: notifications.SqliteSender | None = None
         database = self.engine.url.database
-        if self.dialect == "sqlite" and database and database != ":memory:":
+        on_disk = self.dialect == "sqlite" and database and database != ":memory:"
+        if on_disk:
             self._sender = notifications.SqliteSender(notifications.sqlite_address(database))
+        self._direct: direct.Reader | None = None
+        if on_disk or self.dialect == "postgresql":
+            self._direct = direct.Reader(
+                self.engine.dialect,
+                sqlite_database=database if on_disk else None,
+                postgres_dsn=libpq_dsn(url) if self.dialect == "postgresql" else None,
+            )
 
     def subscribe(self, channel: str) -> notifications.Subscription:
         """A new waiter on ``channel``; release it with :meth:`unsubscribe`."""
@@ -136,14 +151,13 @@ class Store:
     async def transaction(self) -> AsyncIterator[AsyncConnection]:
         """A writing transaction; commits when the block ends, rolls back on error."""
         if self._sqlite_writer is None:
-            async with self._transaction(write=True) as conn:
+            async with self._transaction() as conn:
                 yield conn
             return
         # SQLite admits one writer at a time, and a writer that finds the lock taken
-        # sleeps in SQLite's busy handler (1, 2, 5, 10 ... 100 ms) instead of being woken
-        # when it frees: under concurrent writes that doubles the time per write and
-        # stretches p99 past a second. Queue this process's writers here, in order.
-        async with self._sqlite_writer, self._transaction(write=True) as conn:
+        # polls for it (see store.sqlite) instead of being woken when it frees: queue
+        # this process's writers here, in order, so that only other processes poll.
+        async with self._sqlite_writer, self._transaction() as conn:
             yield conn
 
     @contextlib.asynccontextmanager
@@ -154,20 +168,27 @@ class Store:
         PostgreSQL it runs without BEGIN/COMMIT: each statement sees its own snapshot,
         exactly as inside a READ COMMITTED transaction, for two round trips less.
         """
-        if self.dialect != "postgresql":
-            async with self._transaction(write=False) as conn:
+        async with self._reader.connect() as conn:
+            if self.dialect == "postgresql":
                 yield conn
-            return
-        async with self.engine.connect() as conn:
-            await conn.execution_options(isolation_level="AUTOCOMMIT")
-            yield conn
+                return
+            async with conn.begin():
+                yield conn
+
+    async def fetch(self, query: direct.Query, **params: Any) -> Sequence[Sequence[Any]]:
+        """The rows of one read-only statement, run straight on the driver (see :mod:`.direct`)."""
+        if self._direct is not None:
+            return await self._direct.rows(query, params)
+        # An in-memory database lives in the engine's one connection.
+        sql, values = query.bind(self.engine.dialect, params)
+        async with self.read() as conn:
+            return (await conn.exec_driver_sql(sql, values)).all()
 
     @contextlib.asynccontextmanager
-    async def _transaction(self, *, write: bool) -> AsyncIterator[AsyncConnection]:
+    async def _transaction(self) -> AsyncIterator[AsyncConnection]:
         async with self.engine.connect() as conn:
             conn.info.pop(_ON_COMMIT, None)
             conn.info[_STORE] = self
-            await conn.execution_options(write=write)
             async with conn.begin():
                 yield conn
                 if self.dialect == "postgresql":
@@ -179,6 +200,8 @@ class Store:
                 callback()
 
     async def close(self) -> None:
+        if self._direct is not None:
+            await self._direct.close()
         if self._listener is not None:
             await self._listener.stop()
             self._listener = None

@@ -10,6 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agent_gateway import errors
 from agent_gateway.store import window as windows
+from agent_gateway.store.engine import Store
 from agent_gateway.store.tables import messages, users
 
 # The (user_id, seq) primary key: a collision on it is a lost numbering race.
@@ -38,10 +39,6 @@ class Message:
             "text": self.text,
             "createdAt": self.created_at,
         }
-
-    @classmethod
-    def from_row(cls, row: sa.Row) -> Message:
-        return cls(row.id, row.user_id, row.direction, row.seq, row.text, row.created_at)
 
 
 _COLUMNS = (
@@ -117,8 +114,9 @@ def _is_lost_race(exc: sa.exc.IntegrityError) -> bool:
     return getattr(exc.orig.__cause__, "constraint_name", None) == _PRIMARY_KEY
 
 
-async def window(conn: AsyncConnection, *, user_id: str, window: windows.Window) -> list[Message]:
+_WINDOWS = windows.Queries(sa.select(*_COLUMNS).where(messages.c.user_id == sa.bindparam("user_id")), messages.c.seq)
+
+
+async def window(store: Store, *, user_id: str, window: windows.Window) -> list[Message]:
     """One cursor window of ``user_id``'s log, ascending by ``seq``."""
-    query = windows.apply(sa.select(*_COLUMNS).where(messages.c.user_id == user_id), messages.c.seq, window)
-    rows = list(await conn.execute(query))
-    return [Message.from_row(row) for row in windows.ascending(rows, window)]
+    return [Message(*row) for row in await _WINDOWS.rows(store, window, user_id=user_id)]

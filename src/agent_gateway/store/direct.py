@@ -1,0 +1,94 @@
+"""Single-statement reads straight on the database driver.
+
+The hottest reads (the User behind a Token, a window of a log, one Decision)
+are one statement each, which needs no transaction: the statement sees one
+snapshot of what is committed. SQLAlchemy's execution layer (pool checkout,
+events, BEGIN and COMMIT, the result machinery) costs several times what such
+a statement costs the database, so these run on connections of their own:
+SQLAlchemy compiles each statement once per dialect, and the driver runs it.
+Rows come back as the driver gives them (tuples, or asyncpg Records), with
+no type processing: callers decode JSON columns themselves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import asyncpg
+import sqlalchemy as sa
+
+from agent_gateway.store import sqlite
+
+# Reads in flight at once per process on PostgreSQL; more wait their turn for a moment.
+POSTGRES_CONNECTIONS = 8
+
+
+class Query:
+    """A statement with named bind parameters, compiled once per dialect."""
+
+    def __init__(self, statement: sa.Executable) -> None:
+        self.statement = statement
+        self._compiled: dict[str, tuple[str, tuple[str, ...], dict[str, Any]]] = {}
+
+    def bind(self, dialect: sa.Dialect, params: Mapping[str, Any]) -> tuple[str, tuple[Any, ...]]:
+        """The SQL text for ``dialect`` and its positional parameters from ``params``.
+
+        Parameters the statement holds values for itself (SQLite's ``OFFSET 0``)
+        need not be given.
+        """
+        try:
+            sql, names, own = self._compiled[dialect.name]
+        except KeyError:
+            compiled = self.statement.compile(dialect=dialect)
+            sql, names, own = str(compiled), tuple(compiled.positiontup or ()), dict(compiled.params)
+            self._compiled[dialect.name] = (sql, names, own)
+        return sql, tuple(params[name] if name in params else own[name] for name in names)
+
+
+class Reader:
+    """Connections for :class:`Query` reads, opened on first use in the loop that uses them."""
+
+    def __init__(self, dialect: sa.Dialect, *, sqlite_database: str | None, postgres_dsn: str | None) -> None:
+        self._dialect = dialect
+        self._sqlite_database = sqlite_database
+        self._postgres_dsn = postgres_dsn
+        self._opening = asyncio.Lock()
+        # On SQLite one connection is enough: statements run on the loop, one at a time.
+        self._sqlite: sqlite.Connection | None = None
+        self._pool: asyncpg.Pool | None = None
+
+    async def rows(self, query: Query, params: Mapping[str, Any]) -> Sequence[Sequence[Any]]:
+        sql, values = query.bind(self._dialect, params)
+        if self._postgres_dsn is not None:
+            return await (await self._postgres()).fetch(sql, *values)
+        cursor = (await self._sqlite_connection()).cursor()
+        async with cursor:
+            return await (await cursor.execute(sql, values)).fetchall()
+
+    async def _postgres(self) -> asyncpg.Pool:
+        if self._pool is not None:
+            return self._pool
+        async with self._opening:
+            if self._pool is None:
+                self._pool = await asyncpg.create_pool(self._postgres_dsn, min_size=1, max_size=POSTGRES_CONNECTIONS)
+        return self._pool
+
+    async def _sqlite_connection(self) -> sqlite.Connection:
+        if self._sqlite is not None:
+            return self._sqlite
+        async with self._opening:
+            if self._sqlite is None:
+                assert self._sqlite_database is not None
+                self._sqlite = await sqlite.connect(self._sqlite_database, pragmas=("query_only=ON",))
+        return self._sqlite
+
+    async def close(self) -> None:
+        async with self._opening:
+            if self._sqlite is not None:
+                await self._sqlite.close()
+                self._sqlite = None
+            if self._pool is not None:
+                await self._pool.close()
+                self._pool = None
