@@ -23,13 +23,14 @@ async def log(store: Store) -> Store:
     return store
 
 
+WINDOWS = window.Queries(sa.select(decisions.c.seq, decisions.c.statement), decisions.c.seq)
+
+
 async def read(store: Store, **cursor: int) -> list[int]:
-    current = Window(**cursor)
-    query = window.apply(sa.select(decisions.c.seq, decisions.c.statement), decisions.c.seq, current)
-    async with store.read() as conn:
-        rows = (await conn.execute(query)).all()
-    seqs = [row.seq for row in window.ascending(rows, current)]
-    assert [row.statement for row in window.ascending(rows, current)] == [f"s{n}" for n in seqs]
+    rows = await WINDOWS.rows(store, Window(**cursor))
+    seqs = [row[0] for row in rows]
+    # Straight from the driver: the statement column is its JSON text.
+    assert [row[1] for row in rows] == [f'"s{n}"' for n in seqs]
     return seqs
 
 
