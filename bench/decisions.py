@@ -77,22 +77,22 @@ def random_before(size: int) -> str:
     )
 
 
-def publish(backend: str, duration: int) -> None:
-    with harness.gateway(backend) as served:
+def publish(backend: str, duration: int, workers: int) -> None:
+    with harness.gateway(backend, {harness.WORKERS: str(workers)}) as served:
         lua = harness.lua_request("POST", {"statement": STATEMENT})
         result = harness.wrk(served.agent_url + "/decisions", lua, duration_s=duration)
         print(result.line(f"[{backend}] POST /decisions"))
 
 
-def read(backend: str, duration: int) -> None:
-    with harness.gateway(backend) as served:
+def read(backend: str, duration: int, workers: int) -> None:
+    with harness.gateway(backend, {harness.WORKERS: str(workers)}) as served:
         asyncio.run(fill(served.env["AGENT_GATEWAY_DATABASE_URL"], 1, SMALL))
         result = harness.wrk(served.agent_url + "/decisions?limit=50", "", duration_s=duration)
         print(result.line(f"[{backend}] GET /decisions?limit=50 ({SMALL:,})"))
 
 
-def scale(backend: str, duration: int, large: int) -> None:
-    with harness.gateway(backend) as served:
+def scale(backend: str, duration: int, large: int, workers: int) -> None:
+    with harness.gateway(backend, {harness.WORKERS: str(workers)}) as served:
         url = served.env["AGENT_GATEWAY_DATABASE_URL"]
         asyncio.run(fill(url, 1, SMALL))
         small = harness.wrk(served.agent_url + "/decisions", random_before(SMALL), duration_s=duration)
@@ -111,16 +111,17 @@ def main() -> None:
     parser.add_argument("--scenario", choices=["publish", "read", "scale", "all"], default="all")
     parser.add_argument("--duration", type=int, default=harness.WRK_DURATION_S)
     parser.add_argument("--large", type=int, default=1_000_000, help="Decisions in the long log")
+    parser.add_argument("--workers", type=int, default=1, help="HTTP processes (http.workers)")
     args = parser.parse_args()
     backends = ["sqlite", "postgresql"] if args.backend == "both" else [args.backend]
-    print(f"wrk -t{harness.WRK_THREADS} -c{harness.WRK_CONNECTIONS} -d{args.duration}s, one HTTP process")
+    print(f"wrk -t{harness.WRK_THREADS} -c{harness.WRK_CONNECTIONS} -d{args.duration}s, {args.workers} HTTP process(es)")
     for backend in backends:
         if args.scenario in ("publish", "all"):
-            publish(backend, args.duration)
+            publish(backend, args.duration, args.workers)
         if args.scenario in ("read", "all"):
-            read(backend, args.duration)
+            read(backend, args.duration, args.workers)
         if args.scenario in ("scale", "all"):
-            scale(backend, args.duration, args.large)
+            scale(backend, args.duration, args.large, args.workers)
 
 
 if __name__ == "__main__":

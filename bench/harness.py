@@ -26,6 +26,8 @@ POSTGRES_ADMIN = "postgresql://postgres@127.0.0.1:5432/test"
 WRK_THREADS = 1
 WRK_CONNECTIONS = 16
 WRK_DURATION_S = 10
+# The setting for the number of HTTP processes (http.workers).
+WORKERS = "AGENT_GATEWAY_HTTP_WORKERS"
 
 
 @dataclasses.dataclass

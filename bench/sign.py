@@ -23,7 +23,7 @@ def main() -> None:
     parser.add_argument("--duration", type=int, default=harness.WRK_DURATION_S)
     args = parser.parse_args()
 
-    env = {"AGENT_GATEWAY_HTTP_WORKERS": str(args.workers), "AGENT_GATEWAY_SIGNING_KEY": keys.generate_pem(args.key).decode()}
+    env = {harness.WORKERS: str(args.workers), "AGENT_GATEWAY_SIGNING_KEY": keys.generate_pem(args.key).decode()}
     with harness.gateway("sqlite", env) as served:
         lua = harness.lua_request("POST", {"statement": STATEMENT})
         harness.wrk(served.agent_url + "/sign", lua, duration_s=2)  # warm-up
