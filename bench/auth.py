@@ -51,10 +51,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--backend", choices=["sqlite", "postgresql"], default="sqlite")
     parser.add_argument("--duration", type=int, default=harness.WRK_DURATION_S)
+    parser.add_argument("--workers", type=int, default=1, help="HTTP processes (http.workers)")
     args = parser.parse_args()
 
     # ServedGateway lowers the cost for tests; the benchmark measures the default one.
-    env = {"AGENT_GATEWAY_AUTH_SCRYPT_LOGN": "15", "AGENT_GATEWAY_AUTH_SCRYPT_BLOCKSIZE": "8"}
+    env = {"AGENT_GATEWAY_AUTH_SCRYPT_LOGN": "15", "AGENT_GATEWAY_AUTH_SCRYPT_BLOCKSIZE": "8", harness.WORKERS: str(args.workers)}
     with harness.gateway(args.backend, env) as served:
         user, token = asyncio.run(_users(served.env["AGENT_GATEWAY_DATABASE_URL"]))
         pid = served.process.pid
@@ -82,7 +83,7 @@ def main() -> None:
         logging_in.join()
         loaded = harness.rss_mb(pid)
 
-    print(f"backend {args.backend}, {len(os.sched_getaffinity(0))} cores, scrypt 2^15 x 8 x 1, wrk -t1 -c16 -d{args.duration}s")
+    print(f"backend {args.backend}, {len(os.sched_getaffinity(0))} cores, {args.workers} HTTP process(es), scrypt 2^15 x 8 x 1, wrk -t1 -c16 -d{args.duration}s")
     print(logins.line("POST /auth/tokens"))
     print(reads.line("GET /users/me"))
     print(mixed.line(f"GET /users/me, {LOGIN_CLIENTS} clients logging in"))

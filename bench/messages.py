@@ -62,8 +62,8 @@ def newest_seq(served: ServedGateway, user_id: str) -> int:
     return page[0]["seq"] if page else 0
 
 
-def measure_writes(backend: str, duration: int) -> None:
-    with harness.gateway(backend, NO_HANDLERS) as served:
+def measure_writes(backend: str, duration: int, workers: int) -> None:
+    with harness.gateway(backend, {**NO_HANDLERS, harness.WORKERS: str(workers)}) as served:
         user_id, auth = admit_with_token(served)
         idle = harness.rss_mb(served.process.pid)
         writes = [
@@ -117,9 +117,10 @@ def main() -> None:
     parser.add_argument("--backend", choices=["sqlite", "postgresql"], default="sqlite")
     parser.add_argument("--duration", type=int, default=harness.WRK_DURATION_S)
     parser.add_argument("--skip-answers", action="store_true", help="skip the echo agent's answer time")
+    parser.add_argument("--workers", type=int, default=1, help="HTTP processes (http.workers)")
     args = parser.parse_args()
-    print(f"backend {args.backend}, wrk -t{harness.WRK_THREADS} -c{harness.WRK_CONNECTIONS} -d{args.duration}s")
-    measure_writes(args.backend, args.duration)
+    print(f"backend {args.backend}, wrk -t{harness.WRK_THREADS} -c{harness.WRK_CONNECTIONS} -d{args.duration}s, {args.workers} HTTP process(es)")
+    measure_writes(args.backend, args.duration, args.workers)
     if not args.skip_answers:
         measure_answers(args.backend)
 
