@@ -17,6 +17,7 @@ import logging
 import os
 import signal
 import socket
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -41,7 +42,8 @@ def run(settings: Settings, roles: frozenset[str]) -> None:
     gateway = Gateway(settings, roles)
     store = Store(settings.database_url)
     with sqlite_lock(store):
-        asyncio.run(_migrate(store))
+        if not asyncio.run(_is_current(store)):
+            _migrate_in_child(settings.database_url)
         sockets = _bind(settings) if "api" in roles else {}
         children = [_fork_http_worker(settings, sockets) for _ in range(settings.http_workers - 1)] if sockets else []
         try:
@@ -55,11 +57,28 @@ def run(settings: Settings, roles: frozenset[str]) -> None:
                     os.waitpid(pid, 0)
 
 
-async def _migrate(store: Store) -> None:
+async def _is_current(store: Store) -> bool:
     try:
-        await migrate.upgrade(store.engine)
+        return await migrate.is_current(store.engine)
     finally:
         await store.close()
+
+
+def _migrate_in_child(url: str) -> None:
+    """Migrate in a short-lived child, so that this long-running process never holds Alembic."""
+    pid = os.fork()
+    if pid == 0:
+        status = 1
+        try:
+            asyncio.run(migrate.upgrade_url(url))
+            status = 0
+        except Exception as exc:
+            print(f"agent-gateway: migrating the database failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        finally:
+            os._exit(status)
+    _, status = os.waitpid(pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise errors.GatewayError("the database could not be migrated; nothing was started")
 
 
 def _bind(settings: Settings) -> dict[str, socket.socket]:

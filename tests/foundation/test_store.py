@@ -190,7 +190,8 @@ async def test_migrations_head_equals_the_table_metadata(store: Store) -> None:
 
 async def test_the_database_is_at_the_single_head(store: Store) -> None:
     heads = ScriptDirectory.from_config(migrate.alembic_config()).get_heads()
-    assert len(heads) == 1
+    assert heads == [migrate.HEAD]
+    assert await migrate.is_current(store.engine)
     async with store.engine.connect() as conn:
         current = await conn.run_sync(lambda c: MigrationContext.configure(c).get_current_heads())
     assert current == tuple(heads)

@@ -10,7 +10,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import httpx
 import orjson
 from joserfc.errors import JoseError
 from joserfc.jwk import Key, import_key
@@ -28,6 +27,8 @@ class JwkSetError(Exception):
 def load_jwk_set(source: str) -> list[Key]:
     """The keys of the JWK Set at ``source``: an ``http(s)://`` URL or a file path."""
     if source.startswith(("http://", "https://")):
+        import httpx  # only here: several MB that a serving gateway never needs
+
         try:
             response = httpx.get(source, timeout=FETCH_TIMEOUT_S, follow_redirects=True)
             response.raise_for_status()
