@@ -55,8 +55,12 @@ async def draw_number(conn: AsyncConnection) -> int:
     return (await conn.execute(_SQLITE_NEXT)).scalar_one()
 
 
+# Built once: building a statement per call costs more than SQLite takes to run it.
+_INSERT = decisions.insert()
+
+
 async def insert(conn: AsyncConnection, *, seq: int, statement: str, jws: str, created_at: str) -> Decision:
-    await conn.execute(decisions.insert().values(seq=seq, statement=statement, jws=jws, created_at=created_at))
+    await conn.execute(_INSERT, {"seq": seq, "statement": statement, "jws": jws, "created_at": created_at})
     return Decision(seq, statement, jws, created_at)
 
 

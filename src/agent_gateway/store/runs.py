@@ -91,20 +91,28 @@ async def newest(conn: AsyncConnection, *, limit: int, signal_id: str | None = N
     return [Run.from_row(row) for row in await conn.execute(query)]
 
 
+# Built once: building a statement per call costs more than running it.
+_START = (
+    runs.update()
+    .where(runs.c.id == sa.bindparam("run_id"), runs.c.state == PENDING)
+    .values(state=RUNNING, started_at=sa.bindparam("new_started_at"))
+)
+_FINISH = (
+    runs.update()
+    .where(runs.c.id == sa.bindparam("run_id"), runs.c.state == RUNNING)
+    .values(state=sa.bindparam("new_state"), error=sa.bindparam("new_error"), ended_at=sa.bindparam("new_ended_at"))
+)
+
+
 async def start(conn: AsyncConnection, *, id: str, started_at: str) -> bool:
     """Move a ``pending`` Run to ``running``."""
-    query = runs.update().where(runs.c.id == id, runs.c.state == PENDING).values(state=RUNNING, started_at=started_at)
-    return (await conn.execute(query)).rowcount == 1
+    return (await conn.execute(_START, {"run_id": id, "new_started_at": started_at})).rowcount == 1
 
 
 async def finish(conn: AsyncConnection, *, id: str, error: str | None, ended_at: str) -> bool:
     """End a ``running`` Run: ``done`` without an error, ``failed`` with one."""
-    query = (
-        runs.update()
-        .where(runs.c.id == id, runs.c.state == RUNNING)
-        .values(state=DONE if error is None else FAILED, error=error, ended_at=ended_at)
-    )
-    return (await conn.execute(query)).rowcount == 1
+    params = {"run_id": id, "new_state": DONE if error is None else FAILED, "new_error": error, "new_ended_at": ended_at}
+    return (await conn.execute(_FINISH, params)).rowcount == 1
 
 
 async def fail_unfinished(

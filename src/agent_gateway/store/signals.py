@@ -48,9 +48,35 @@ _QUEUE_ORDER = (signals.c.emitted_at.asc(), signals.c.position.asc())
 _NEWEST_FIRST = (signals.c.emitted_at.desc(), signals.c.position.desc())
 
 
+# The worker's statements are built once: building one per call costs more than running it.
+_INSERT = signals.insert()
+
+
+def _claim(dialect: str) -> sa.Update:
+    oldest = sa.select(signals.c.position).where(signals.c.state == PENDING).order_by(*_QUEUE_ORDER).limit(1)
+    if dialect == "postgresql":
+        # Another process claiming at the same moment takes the next one instead of waiting.
+        oldest = oldest.with_for_update(skip_locked=True)
+    return (
+        signals.update()
+        .where(signals.c.position == oldest.scalar_subquery(), signals.c.state == PENDING)
+        .values(state=PROCESSING)
+        .returning(*_COLUMNS)
+    )
+
+
+_CLAIM = {dialect: _claim(dialect) for dialect in ("sqlite", "postgresql")}
+_FINISH = (
+    signals.update()
+    .where(signals.c.id == sa.bindparam("signal_id"), signals.c.state == PROCESSING)
+    .values(state=sa.bindparam("new_state"), error=sa.bindparam("new_error"))
+)
+
+
 async def insert(conn: AsyncConnection, *, id: str, kind: str, payload: Any, emitted_at: str) -> None:
     await conn.execute(
-        signals.insert().values(id=id, kind=kind, payload=payload, emitted_at=emitted_at, state=PENDING, error=None)
+        _INSERT,
+        {"id": id, "kind": kind, "payload": payload, "emitted_at": emitted_at, "state": PENDING, "error": None},
     )
 
 
@@ -68,28 +94,14 @@ async def newest(conn: AsyncConnection, *, limit: int, kind: str | None = None) 
 
 async def claim_oldest(conn: AsyncConnection) -> Signal | None:
     """Move the oldest pending Signal to ``processing`` and return it; None when none is pending."""
-    oldest = sa.select(signals.c.position).where(signals.c.state == PENDING).order_by(*_QUEUE_ORDER).limit(1)
-    if conn.dialect.name == "postgresql":
-        # Another process claiming at the same moment takes the next one instead of waiting.
-        oldest = oldest.with_for_update(skip_locked=True)
-    query = (
-        signals.update()
-        .where(signals.c.position == oldest.scalar_subquery(), signals.c.state == PENDING)
-        .values(state=PROCESSING)
-        .returning(*_COLUMNS)
-    )
-    row = (await conn.execute(query)).first()
+    row = (await conn.execute(_CLAIM[conn.dialect.name])).first()
     return Signal.from_row(row) if row else None
 
 
 async def finish(conn: AsyncConnection, *, id: str, error: str | None) -> bool:
     """End a ``processing`` Signal: ``done`` without an error, ``failed`` with one."""
-    query = (
-        signals.update()
-        .where(signals.c.id == id, signals.c.state == PROCESSING)
-        .values(state=DONE if error is None else FAILED, error=error)
-    )
-    return (await conn.execute(query)).rowcount == 1
+    params = {"signal_id": id, "new_state": DONE if error is None else FAILED, "new_error": error}
+    return (await conn.execute(_FINISH, params)).rowcount == 1
 
 
 async def fail_processing(conn: AsyncConnection, *, error: str) -> list[str]:
