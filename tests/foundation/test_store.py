@@ -7,6 +7,7 @@ import sqlite3
 import uuid
 from pathlib import Path
 
+import httpx
 import pytest
 import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
@@ -261,12 +262,16 @@ async def test_a_direct_read_of_an_in_memory_database_uses_its_one_connection() 
         await store.close()
 
 
-async def test_a_sqlite_writer_waits_for_another_processs_lock_without_holding_up_the_loop(
-    database_url: str, store: Store
-) -> None:
-    if not database_url.startswith("sqlite"):
-        pytest.skip("SQLite's write lock")
-    other = Store(database_url)  # another process's connections to the same file
+@pytest.fixture
+async def sqlite_url(tmp_path: Path) -> str:
+    """A migrated SQLite database of the test's own (these tests are about SQLite's write lock)."""
+    url = f"sqlite:///{tmp_path / 'gateway.db'}"
+    await migrate.upgrade_url(url)
+    return url
+
+
+async def test_a_sqlite_writer_waits_for_another_processs_lock_without_holding_up_the_loop(sqlite_url: str) -> None:
+    store, other = Store(sqlite_url), Store(sqlite_url)  # as two processes' connections to one file
     ticks = 0
 
     async def tick() -> None:
@@ -291,16 +296,13 @@ async def test_a_sqlite_writer_waits_for_another_processs_lock_without_holding_u
         assert len(await user_ids(store)) == 2
     finally:
         ticker.cancel()
+        await store.close()
         await other.close()
 
 
-async def test_a_sqlite_writer_gives_up_after_the_busy_timeout(
-    database_url: str, store: Store, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    if not database_url.startswith("sqlite"):
-        pytest.skip("SQLite's write lock")
+async def test_a_sqlite_writer_gives_up_after_the_busy_timeout(sqlite_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sqlite, "BUSY_TIMEOUT_S", 0.2)
-    other = Store(database_url)
+    store, other = Store(sqlite_url), Store(sqlite_url)
     try:
         async with other.transaction():
             # BEGIN goes straight to the driver, so its error is the driver's.
@@ -309,4 +311,24 @@ async def test_a_sqlite_writer_gives_up_after_the_busy_timeout(
                     await insert_user(conn, "00000000-0000-4000-8000-000000000002")
         assert await user_ids(store) == []
     finally:
+        await store.close()
         await other.close()
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+async def test_a_write_finding_sqlite_locked_past_the_timeout_is_a_503_and_reads_go_on(
+    database_url: str, agent: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sqlite, "BUSY_TIMEOUT_S", 0.2)
+    other = Store(database_url)  # another process holding the write lock
+    try:
+        async with other.transaction():
+            refused = await agent.post("/decisions", json={"statement": "s"})
+            read = await agent.get("/decisions")
+    finally:
+        await other.close()
+    assert refused.status_code == 503
+    assert refused.json()["statusCode"] == 503
+    assert read.status_code == 200
+    assert (await agent.get("/decisions")).json() == {"decisions": []}
+    assert (await agent.post("/decisions", json={"statement": "s"})).status_code == 201
