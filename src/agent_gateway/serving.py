@@ -18,8 +18,9 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
 from pathlib import Path
+from typing import Any
 
 import uvicorn
 from fastapi import FastAPI
@@ -47,7 +48,7 @@ def run(settings: Settings, roles: frozenset[str]) -> None:
         sockets = _bind(settings) if "api" in roles else {}
         children = [_fork_http_worker(settings, sockets) for _ in range(settings.http_workers - 1)] if sockets else []
         try:
-            asyncio.run(_serve(gateway, sockets))
+            _run_loop(_serve(gateway, sockets))
         finally:
             for pid in children:
                 with contextlib.suppress(ProcessLookupError):
@@ -107,12 +108,23 @@ def _fork_http_worker(settings: Settings, sockets: dict[str, socket.socket]) -> 
     try:
         # Die with the main process, however it ends.
         ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-        asyncio.run(_serve(Gateway(settings, frozenset({"api"})), sockets, main=False))
+        _run_loop(_serve(Gateway(settings, frozenset({"api"})), sockets, main=False))
     except BaseException:
         logger.exception("HTTP worker %d failed", os.getpid())
         code = 1
     finally:
         os._exit(code)
+
+
+def _run_loop(main: Coroutine[Any, Any, None]) -> None:
+    """Run a serving process's event loop: uvloop's where it is installed (about twice the
+    requests per second of asyncio's own loop for uvicorn), else asyncio's."""
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(main)
+    else:
+        uvloop.run(main)
 
 
 async def _serve(gateway: Gateway, sockets: dict[str, socket.socket], *, main: bool = True) -> None:

@@ -36,6 +36,8 @@ def test_both_servers_answer_then_sigterm_is_a_clean_exit(served_gateway: served
     assert agent.json()["info"]["title"] == "agent-gateway: Agent server"
     assert public.json()["info"]["title"] == "agent-gateway: Public server"
     assert "server" not in agent.headers  # uvicorn's Server header is off
+    # The process serves on uvloop's event loop (its extension module is mapped).
+    assert "uvloop/loop." in Path(f"/proc/{gateway.process.pid}/maps").read_text()
 
     user = gateway.cli_json("users", "add")
     response = httpx.get(f"{gateway.agent_url}/users/{user['id']}", timeout=10)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 
@@ -332,3 +334,15 @@ async def test_a_write_finding_sqlite_locked_past_the_timeout_is_a_503_and_reads
     assert read.status_code == 200
     assert (await agent.get("/decisions")).json() == {"decisions": []}
     assert (await agent.post("/decisions", json={"statement": "s"})).status_code == 201
+
+
+def test_upgrading_a_current_database_does_not_import_alembic(sqlite_url: str) -> None:
+    # A serving gateway keeps every module it imports: Alembic only when there is work for it.
+    check = (
+        "import asyncio, sys\n"
+        "from agent_gateway.store import migrate\n"
+        f"asyncio.run(migrate.upgrade_url({sqlite_url!r}))\n"
+        "print(sorted(name for name in sys.modules if name.split('.')[0] in ('alembic', 'mako')))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "[]", result.stderr
