@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import ctypes
 import fcntl
+import gc
 import logging
 import os
 import signal
@@ -133,6 +134,10 @@ async def _serve(gateway: Gateway, sockets: dict[str, socket.socket], *, main: b
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stopping.set)
     await gateway.start(migrate_first=False)  # run() migrated before forking
+    # Everything built so far lives as long as the process. Out of the collector's sight,
+    # it no longer makes each full collection a pause of ~80 ms (a p99 of every route).
+    gc.collect()
+    gc.freeze()
     try:
         if sockets:
             await _serve_http(gateway, sockets, stopping, announce=main)
