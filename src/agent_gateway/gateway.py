@@ -81,6 +81,7 @@ class Gateway:
             Timer(self.store, max_sleep_ms=settings.scheduler_max_sleep_ms) if "scheduler" in roles else None
         )
         self.agent_app = self._app("agent-gateway: Agent server", AGENT_DESCRIPTION, agent_routers)
+        self.agent_app.add_middleware(signatures_routes.SignFastPath, limit=settings.max_body_bytes)
         self.public_app = self._app(
             "agent-gateway: Public server",
             PUBLIC_DESCRIPTION,

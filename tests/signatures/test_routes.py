@@ -13,6 +13,7 @@ import pytest
 from agent_gateway.gateway import Gateway
 from agent_gateway.signatures import keys
 from agent_gateway.signatures.identity import SigningIdentity
+from agent_gateway.signatures.routes import SignFastPath
 from agent_gateway.store.tables import decisions
 
 from tests.signatures.helpers import b64decode, b64encode, independent_verify, segments
@@ -114,6 +115,81 @@ async def test_sign_logs_typ_and_digest_never_the_statement(agent: httpx.AsyncCl
     assert "custom+jws" in message and hashlib.sha256(statement.encode()).hexdigest() in message
     assert "\n" not in message
     assert all("secret plan" not in record.getMessage() for record in caplog.records)
+
+
+async def test_the_fast_path_answers_as_the_route_does(agent: httpx.AsyncClient) -> None:
+    # An extra field keeps a request off the fast path (the route ignores it); Ed25519 is
+    # deterministic, so both answers must be the same bytes.
+    fast = await agent.post("/sign", json={"statement": "s", "typ": "t"})
+    routed = await agent.post("/sign", json={"statement": "s", "typ": "t", "other": 1})
+    assert fast.status_code == routed.status_code == 200
+    assert fast.content == routed.content
+    assert fast.headers["content-type"] == routed.headers["content-type"] == "application/json"
+    assert fast.headers["content-length"] == routed.headers["content-length"]
+
+
+class Inner:
+    """The app behind the fast path: records what reached it."""
+
+    def __init__(self) -> None:
+        self.bodies: list[bytes] = []
+
+    async def __call__(self, scope, receive, send) -> None:  # type: ignore[no-untyped-def]
+        message = await receive()
+        self.bodies.append(message["body"])
+        await send({"type": "http.response.start", "status": 299, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+
+async def call_fast_path(body: bytes, *, query: bytes = b"", content_type: bytes = b"application/json", limit: int = 100):  # type: ignore[no-untyped-def]
+    class App:
+        class state:
+            identity = SigningIdentity(keys.generate_pem("ed25519"))
+
+    inner = Inner()
+    headers = [(b"content-type", content_type), (b"content-length", str(len(body)).encode())]
+    scope = {"type": "http", "method": "POST", "path": "/sign", "query_string": query, "headers": headers, "app": App}
+    sent: list[dict] = []
+
+    async def receive() -> dict:
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    await SignFastPath(inner, limit)(scope, receive, send)
+    return inner.bodies, sent, App.state.identity
+
+
+async def test_the_fast_path_signs_a_plainly_valid_request_itself() -> None:
+    for body in (b'{"statement":"s"}', b'{"typ":"t","statement":"s"}', b'{"statement":"s","typ":"' + b"x" * 60 + b'"}'):
+        reached, sent, identity = await call_fast_path(body)
+        assert reached == []
+        assert sent[0]["status"] == 200
+        jws = orjson.loads(sent[1]["body"])["jws"]
+        assert orjson.loads(segments(jws)[1]) == {"statement": "s"}
+
+
+@pytest.mark.parametrize(
+    ("body", "options"),
+    [
+        (b'{"statement":""}', {}),
+        (b'{"statement":1}', {}),
+        (b'{"statement":"s","typ":""}', {}),
+        (b'{"statement":"s","typ":"' + b"x" * 129 + b'"}', {"limit": 1000}),
+        (b'{"statement":"s","other":1}', {}),
+        (b'["s"]', {}),
+        (b'{"statement":"s"', {}),
+        (b'{"statement":"\\ud800"}', {}),  # a lone surrogate
+        (b'{"statement":"s"}', {"query": b"x=1"}),
+        (b'{"statement":"s"}', {"content_type": b"application/json; charset=utf-8"}),
+        (b'{"statement":"s"}', {"limit": 5}),
+    ],
+)
+async def test_the_fast_path_hands_anything_else_to_the_route_with_its_body(body: bytes, options: dict) -> None:
+    reached, sent, _ = await call_fast_path(body, **options)
+    assert reached == [body]
+    assert sent[0]["status"] == 299
 
 
 # --- GET /jwks.json -----------------------------------------------------------------------
