@@ -33,9 +33,11 @@ class Decision:
 
 
 _COLUMNS = (decisions.c.seq, decisions.c.statement, decisions.c.jws, decisions.c.created_at)
-_SQLITE_NEXT = sa.text("SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'decisions'), 0) + 1")
-_POSTGRES_NEXT = sa.text(
-    f"SELECT pg_advisory_xact_lock({_PUBLISH_LOCK_KEY}), nextval('{POSTGRES_SEQUENCE}')"
+_SQLITE_NEXT = direct.Query(
+    sa.text("SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'decisions'), 0) + 1")
+)
+_POSTGRES_NEXT = direct.Query(
+    sa.text(f"SELECT pg_advisory_xact_lock({_PUBLISH_LOCK_KEY}), nextval('{POSTGRES_SEQUENCE}')")
 )
 
 
@@ -51,16 +53,26 @@ async def draw_number(conn: AsyncConnection) -> int:
     ``nextval``. A rolled-back publish may burn the PostgreSQL number.
     """
     if conn.dialect.name == "postgresql":
-        return (await conn.execute(_POSTGRES_NEXT)).one()[1]
-    return (await conn.execute(_SQLITE_NEXT)).scalar_one()
+        [(_, number)] = await direct.run(conn, _POSTGRES_NEXT)
+    else:
+        [(number,)] = await direct.run(conn, _SQLITE_NEXT)
+    return number
 
 
-# Built once: building a statement per call costs more than SQLite takes to run it.
-_INSERT = decisions.insert()
+# The Statement goes in as its JSON text (see direct.run).
+_INSERT = direct.Query(
+    decisions.insert().values(
+        seq=sa.bindparam("number"),
+        statement=sa.bindparam("statement_json", type_=sa.Text),
+        jws=sa.bindparam("signed"),
+        created_at=sa.bindparam("at"),
+    )
+)
 
 
 async def insert(conn: AsyncConnection, *, seq: int, statement: str, jws: str, created_at: str) -> Decision:
-    await conn.execute(_INSERT, {"seq": seq, "statement": statement, "jws": jws, "created_at": created_at})
+    text = jsontext.dumps(statement).decode()
+    await direct.run(conn, _INSERT, number=seq, statement_json=text, signed=jws, at=created_at)
     return Decision(seq, statement, jws, created_at)
 
 

@@ -1,4 +1,4 @@
-"""Single-statement reads straight on the database driver.
+"""Statements straight on the database driver: single-statement reads, and hot writes on SQLite.
 
 The hottest reads (the User behind a Token, a window of a log, one Decision)
 are one statement each, which needs no transaction: the statement sees one
@@ -8,6 +8,11 @@ a statement costs the database, so these run on connections of their own:
 SQLAlchemy compiles each statement once per dialect, and the driver runs it.
 Rows come back as the driver gives them (tuples, or asyncpg Records), with
 no type processing: callers decode JSON columns themselves.
+
+:func:`run` does the same for a statement inside the caller's transaction on
+SQLite, whose BEGIN was sent on the very driver connection (see
+``store.engine``); on PostgreSQL it goes through SQLAlchemy, whose asyncpg
+adapter begins transactions itself.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from typing import Any
 
 import asyncpg
 import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agent_gateway.store import sqlite
 
@@ -45,6 +51,21 @@ class Query:
             sql, names, own = str(compiled), tuple(compiled.positiontup or ()), dict(compiled.params)
             self._compiled[dialect.name] = (sql, names, own)
         return sql, tuple(params[name] if name in params else own[name] for name in names)
+
+
+async def run(conn: AsyncConnection, query: Query, **params: Any) -> Sequence[Sequence[Any]]:
+    """The rows (if any) of ``query`` run in the transaction of ``conn``.
+
+    Parameters are plain values on both backends: a statement meant for this
+    declares a JSON column's parameter as text, and the caller passes JSON text.
+    """
+    if conn.dialect.name != "sqlite":
+        result = await conn.execute(query.statement, params)
+        return result.all() if result.returns_rows else []
+    sql, values = query.bind(conn.dialect, params)
+    cursor = conn.sync_connection.connection.driver_connection.cursor()
+    async with cursor:
+        return await (await cursor.execute(sql, values)).fetchall()
 
 
 class Reader:
