@@ -88,10 +88,15 @@ async def signal_of(store: Store, signal_id: str) -> Signal:
 
 
 async def runs_of(store: Store, signal_id: str) -> list[Run]:
-    """The Runs of one Signal in the order they were recorded."""
+    """The Runs of one Signal in the order they were recorded.
+
+    ``list_runs`` answers newest first: by startedAt, ties (Runs started within one
+    millisecond) by recording order, not-started Runs first. A Signal's Runs start in
+    recording order, so the reverse is that order, with any never started last.
+    """
     async with store.read() as conn:
         runs = await service.list_runs(conn, 200, signal_id)
-    return sorted(runs, key=lambda run: (run.started_at is None, run.started_at or ""))
+    return runs[::-1]
 
 
 async def finished(store: Store, signal_id: str) -> Signal:

@@ -28,7 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from agent_gateway.store import sqlite
 
 # Reads in flight at once per process on PostgreSQL; more wait their turn for a moment.
-POSTGRES_CONNECTIONS = 8
+POSTGRES_CONNECTIONS = 4
 
 
 class Query:

@@ -23,9 +23,11 @@ from sqlalchemy.util import await_
 from agent_gateway.store import direct, notifications, sqlite
 
 SQLITE_PRAGMAS = ("journal_mode=WAL", "foreign_keys=ON", "synchronous=NORMAL")
-# Connections kept open per process. Opening one is dear (on SQLite it runs on the
-# loop), and requests beyond the pool's size would open and close one each.
-POOL_SIZE = 20
+# SQLite connections kept open per process: opening one runs on the loop, and every
+# request beyond the pool's size would open and close one. PostgreSQL keeps
+# SQLAlchemy's default (5, and 10 more while busy), which bounds what each of several
+# gateway processes takes of the server's max_connections.
+SQLITE_POOL_SIZE = 20
 _PG_NOTIFY = sa.text("SELECT pg_notify(:channel, :payload)")
 _ON_COMMIT = "agent_gateway.on_commit"
 _STORE = "agent_gateway.store"
@@ -44,12 +46,12 @@ def libpq_dsn(url: str) -> str:
 
 
 def create_engine(url: str) -> AsyncEngine:
-    options: dict[str, object] = {"pool_size": POOL_SIZE}
+    options: dict[str, object] = {}
     if url.startswith("sqlite"):
         database = sa.make_url(url).database or ":memory:"
         options["async_creator"] = functools.partial(sqlite.connect, database, pragmas=SQLITE_PRAGMAS)
-        if database == ":memory:":  # one connection, or each would see its own database
-            del options["pool_size"]
+        if database != ":memory:":  # an in-memory database is one connection, or each would see its own
+            options["pool_size"] = SQLITE_POOL_SIZE
     engine = create_async_engine(
         async_url(url),
         # Every Store transaction ends in COMMIT or ROLLBACK, so the pool need not reset.
