@@ -12,6 +12,7 @@ from agent_gateway.auth.schemes import Scheme
 from agent_gateway.auth.tokens import PasswordScheme
 from agent_gateway.config import Settings
 from agent_gateway.decisions import routes as decisions_routes
+from agent_gateway.decisions import service as decisions_service
 from agent_gateway.http.app import create_app
 from agent_gateway.messages import routes as messages_routes
 from agent_gateway.runtimes import runtime as runtimes
@@ -59,6 +60,7 @@ class Gateway:
         # Loaded once; the gateway refuses to start without a usable signing key.
         self.identity = SigningIdentity.from_settings(settings)
         self.store = Store(settings.database_url)
+        self.publisher = decisions_service.Publisher(self.store, self.identity)
         # Asked in order by every protected Public route; see auth/schemes.py.
         # An operator adds schemes in Python: gateway.auth_schemes.append(MyScheme()).
         self.password_scheme = PasswordScheme(self.store)
@@ -96,6 +98,7 @@ class Gateway:
         app.state.store = self.store
         app.state.settings = self.settings
         app.state.identity = self.identity
+        app.state.publisher = self.publisher
         app.state.auth_schemes = self.auth_schemes
         return app
 

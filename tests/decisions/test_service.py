@@ -63,12 +63,16 @@ async def test_get_raises_not_found(store: Store) -> None:
     assert isinstance(raised.value, errors.NotFound)
 
 
-async def test_publishers_in_several_processes_never_share_a_number_and_pollers_miss_nothing(database_url: str) -> None:
+@pytest.mark.parametrize("batched", [False, True], ids=["one-by-one", "batched"])
+async def test_publishers_in_several_processes_never_share_a_number_and_pollers_miss_nothing(
+    database_url: str, batched: bool
+) -> None:
     """Separate engines stand in for separate gateway processes sharing one database.
 
     Numbers must also commit in the order they are drawn: a reader polling
     with ``after`` = the largest number it has seen must end with every
     Decision, which fails if a lower number can commit after a higher one.
+    Batched, each process publishes its 25 at once through a Publisher.
     """
     stores = [Store(database_url) for _ in range(3)]
     reader = Store(database_url)
@@ -85,6 +89,10 @@ async def test_publishers_in_several_processes_never_share_a_number_and_pollers_
             await asyncio.sleep(0)
 
     async def publisher(store: Store, name: str) -> list[int]:
+        if batched:
+            publisher = service.Publisher(store, identity)
+            published = await asyncio.gather(*(publisher.publish(f"{name}-{index}") for index in range(25)))
+            return [decision.seq for decision in published]
         return [(await publish(store, f"{name}-{index}")).seq for index in range(25)]
 
     try:
@@ -100,3 +108,25 @@ async def test_publishers_in_several_processes_never_share_a_number_and_pollers_
     finally:
         for store in (*stores, reader):
             await store.close()
+
+
+async def test_a_publisher_numbers_concurrent_statements_in_the_order_they_came(store: Store) -> None:
+    publisher = service.Publisher(store, identity)
+    statements = [f"s{index}" for index in range(30)]
+    published = await asyncio.gather(*(publisher.publish(statement) for statement in statements))
+    assert [(d.seq, d.statement) for d in published] == list(enumerate(statements, start=1))
+    assert [d.created_at for d in published] == sorted(d.created_at for d in published)
+    for decision in published:
+        assert orjson.loads(segments(decision.jws)[1]) == {
+            "seq": decision.seq,
+            "createdAt": decision.created_at,
+            "statement": decision.statement,
+        }
+    assert await service.read(store, Window(after=0)) == published
+
+
+async def test_a_publisher_refuses_an_empty_statement_alone(store: Store) -> None:
+    publisher = service.Publisher(store, identity)
+    outcomes = await asyncio.gather(*(publisher.publish(s) for s in ("a", "", "b")), return_exceptions=True)
+    assert isinstance(outcomes[1], errors.InvalidInput)
+    assert [d.statement for d in await service.read(store, Window(after=0))] == ["a", "b"]

@@ -54,8 +54,7 @@ async def _get(request: Request, seq: str) -> Any:
 
 @agent.post("/decisions", status_code=201, responses={201: {"model": DecisionOut}}, summary="Publish a Decision")
 async def publish(request: Request, body: DecisionIn) -> Any:
-    async with request.app.state.store.transaction() as conn:
-        decision = await service.publish(conn, request.app.state.identity, body.statement)
+    decision = await request.app.state.publisher.publish(body.statement)
     return json_response(decision.to_json(), 201)
 
 

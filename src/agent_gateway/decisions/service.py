@@ -1,10 +1,13 @@
 """Decisions: the one global, numbered, append-only log of signed Statements (spec: Decision).
 
-Every function takes a connection inside the caller's transaction. Nothing
-updates or removes a Decision, and publishing one emits no Signal.
+Every function takes a connection inside the caller's transaction; a
+:class:`Publisher` (the Agent route's) owns its transactions. Nothing updates
+or removes a Decision, and publishing one emits no Signal.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import orjson
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -13,11 +16,12 @@ from agent_gateway import clock, errors
 from agent_gateway.signatures.identity import SigningIdentity
 from agent_gateway.signatures.service import DECISION_TYP
 from agent_gateway.store import decisions as queries
+from agent_gateway.store.batch import Batcher
 from agent_gateway.store.decisions import Decision
 from agent_gateway.store.engine import Store
 from agent_gateway.store.window import Window
 
-__all__ = ["Decision", "DecisionNotFound", "get", "publish", "read"]
+__all__ = ["Decision", "DecisionNotFound", "Publisher", "get", "publish", "publish_many", "read"]
 
 
 class DecisionNotFound(errors.NotFound):
@@ -31,18 +35,42 @@ async def publish(conn: AsyncConnection, identity: SigningIdentity, statement: s
     in the caller's transaction; the payload is ``{seq, createdAt,
     statement}`` in that order under typ ``service-decision+jws``, and the
     stored ``createdAt`` is the very string that was signed. Concurrent
-    publishers never share a number (see ``store.decisions.draw_number``).
+    publishers never share a number (see ``store.decisions.draw_numbers``).
     Raises :class:`errors.InvalidInput` for an empty Statement and
     ``AlgorithmMismatch`` when the configured algorithm cannot be performed
     by the key; the caller's transaction then rolls back.
     """
-    if not isinstance(statement, str) or not statement:
-        raise errors.InvalidInput("statement must be a non-empty string")
-    seq = await queries.draw_number(conn)
-    created_at = clock.now_iso()
-    payload = orjson.dumps({"seq": seq, "createdAt": created_at, "statement": statement})
-    jws = identity.sign(payload, DECISION_TYP)
-    return await queries.insert(conn, seq=seq, statement=statement, jws=jws, created_at=created_at)
+    [decision] = await publish_many(conn, identity, [statement])
+    return decision
+
+
+async def publish_many(conn: AsyncConnection, identity: SigningIdentity, statements: Sequence[str]) -> list[Decision]:
+    """:func:`publish` for each of ``statements``, numbered in that order, in the caller's transaction."""
+    for statement in statements:
+        if not isinstance(statement, str) or not statement:
+            raise errors.InvalidInput("statement must be a non-empty string")
+    published = []
+    for seq, statement in zip(await queries.draw_numbers(conn, len(statements)), statements, strict=True):
+        created_at = clock.now_iso()
+        payload = orjson.dumps({"seq": seq, "createdAt": created_at, "statement": statement})
+        published.append(Decision(seq, statement, identity.sign(payload, DECISION_TYP), created_at))
+    await queries.insert(conn, published)
+    return published
+
+
+class Publisher:
+    """Publishes the Statements of concurrent requests, many to a transaction (see ``store.batch``)."""
+
+    def __init__(self, store: Store, identity: SigningIdentity) -> None:
+        self._identity = identity
+        self._batcher: Batcher[str, Decision] = Batcher(store, self._publish_many)
+
+    async def publish(self, statement: str) -> Decision:
+        """:func:`publish` in a transaction of its own, shared with whoever publishes at the same time."""
+        return await self._batcher.submit(statement)
+
+    async def _publish_many(self, conn: AsyncConnection, statements: Sequence[str]) -> list[Decision]:
+        return await publish_many(conn, self._identity, statements)
 
 
 async def get(store: Store, seq: int) -> Decision:

@@ -36,13 +36,17 @@ _COLUMNS = (decisions.c.seq, decisions.c.statement, decisions.c.jws, decisions.c
 _SQLITE_NEXT = direct.Query(
     sa.text("SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'decisions'), 0) + 1")
 )
+# The lock is taken (again, which a transaction may) before each number is drawn.
 _POSTGRES_NEXT = direct.Query(
-    sa.text(f"SELECT pg_advisory_xact_lock({_PUBLISH_LOCK_KEY}), nextval('{POSTGRES_SEQUENCE}')")
+    sa.text(
+        f"SELECT pg_advisory_xact_lock({_PUBLISH_LOCK_KEY}), nextval('{POSTGRES_SEQUENCE}') "
+        "FROM generate_series(1, :count)"
+    )
 )
 
 
-async def draw_number(conn: AsyncConnection) -> int:
-    """The next number of the log, reserved for the caller's writing transaction.
+async def draw_numbers(conn: AsyncConnection, count: int) -> list[int]:
+    """The next ``count`` numbers of the log, ascending, reserved for the caller's writing transaction.
 
     Numbers must be committed in the order they are drawn, or a reader
     walking forwards with ``after`` could pass a number whose Decision
@@ -50,13 +54,12 @@ async def draw_number(conn: AsyncConnection) -> int:
     commit: on SQLite by the write lock every writing transaction already
     takes (BEGIN IMMEDIATE), which makes reading the AUTOINCREMENT counter
     safe; on PostgreSQL by a transaction-scoped advisory lock taken before
-    ``nextval``. A rolled-back publish may burn the PostgreSQL number.
+    ``nextval``. A rolled-back publish may burn PostgreSQL numbers.
     """
     if conn.dialect.name == "postgresql":
-        [(_, number)] = await direct.run(conn, _POSTGRES_NEXT)
-    else:
-        [(number,)] = await direct.run(conn, _SQLITE_NEXT)
-    return number
+        return sorted(number for _, number in await direct.run(conn, _POSTGRES_NEXT, count=count))
+    [(first,)] = await direct.run(conn, _SQLITE_NEXT)
+    return list(range(first, first + count))
 
 
 # The Statement goes in as its JSON text (see direct.run).
@@ -70,10 +73,13 @@ _INSERT = direct.Query(
 )
 
 
-async def insert(conn: AsyncConnection, *, seq: int, statement: str, jws: str, created_at: str) -> Decision:
-    text = jsontext.dumps(statement).decode()
-    await direct.run(conn, _INSERT, number=seq, statement_json=text, signed=jws, at=created_at)
-    return Decision(seq, statement, jws, created_at)
+async def insert(conn: AsyncConnection, published: Sequence[Decision]) -> None:
+    """Write ``published`` Decisions, numbered by :func:`draw_numbers` in this transaction."""
+    rows = [
+        {"number": d.seq, "statement_json": jsontext.dumps(d.statement).decode(), "signed": d.jws, "at": d.created_at}
+        for d in published
+    ]
+    await direct.run_many(conn, _INSERT, rows)
 
 
 _GET = direct.Query(sa.select(*_COLUMNS).where(decisions.c.seq == sa.bindparam("seq")))

@@ -68,6 +68,18 @@ async def run(conn: AsyncConnection, query: Query, **params: Any) -> Sequence[Se
         return await (await cursor.execute(sql, values)).fetchall()
 
 
+async def run_many(conn: AsyncConnection, query: Query, params: Sequence[Mapping[str, Any]]) -> None:
+    """``query`` run once for each of ``params``, in order, in the transaction of ``conn`` (no rows)."""
+    if conn.dialect.name != "sqlite":
+        await conn.execute(query.statement, list(params))
+        return
+    values = [query.bind(conn.dialect, one)[1] for one in params]
+    sql = query.bind(conn.dialect, params[0])[0]
+    cursor = conn.sync_connection.connection.driver_connection.cursor()
+    async with cursor:
+        await cursor.executemany(sql, values)
+
+
 class Reader:
     """Connections for :class:`Query` reads, opened on first use in the loop that uses them."""
 

@@ -1,0 +1,101 @@
+"""Group commit: the writes of concurrent requests, many to a transaction.
+
+A write that every request makes alone pays the whole fixed cost of a
+transaction: a pool checkout, BEGIN, COMMIT and its flush to disk, and, for
+the logs, a lock every writer of the log queues on until that flush is done.
+A :class:`Batcher` lets a writer hand its item over and wait: the first item
+starts a transaction at once, and the items that arrive while it runs go
+together into the next one. With no load a batch is one item and waits for
+nothing; under load the fixed cost is shared by the whole batch.
+
+Each caller still gets its own outcome. ``write`` answers one result per item,
+an exception standing for an item refused without harm to the transaction
+(a User nobody holds, say). When the transaction itself fails, its items are
+written again one per transaction, so that an error belongs to the one item
+that caused it and the others commit as they would have alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Generic, TypeVar
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from agent_gateway.store.engine import Store
+
+Item = TypeVar("Item")
+Result = TypeVar("Result")
+# Items per transaction: a cap keeps a batch's locks short and its commit's wait small.
+BATCH_LIMIT = 64
+
+logger = logging.getLogger(__name__)
+
+Write = Callable[[AsyncConnection, Sequence[Item]], Awaitable[Sequence["Result | Exception"]]]
+
+
+class Batcher(Generic[Item, Result]):
+    """Runs ``write`` on batches of submitted items, one transaction per batch, one batch at a time."""
+
+    def __init__(self, store: Store, write: Write[Item, Result], *, limit: int = BATCH_LIMIT) -> None:
+        self._store = store
+        self._write = write
+        self._limit = limit
+        self._waiting: list[tuple[Item, asyncio.Future[Result]]] = []
+        self._writer: asyncio.Task[None] | None = None
+
+    async def submit(self, item: Item) -> Result:
+        """Write ``item`` in the next batch and return its result, or raise its error.
+
+        A caller cancelled before its batch begins withdraws the item; one
+        cancelled later leaves it to commit, as a request whose client left
+        after the commit.
+        """
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Result] = loop.create_future()
+        self._waiting.append((item, future))
+        if self._writer is None:
+            self._writer = loop.create_task(self._write_all())
+        return await future
+
+    async def _write_all(self) -> None:
+        batch: list[tuple[Item, asyncio.Future[Result]]] = []
+        try:
+            while self._waiting:
+                batch = [entry for entry in self._waiting[: self._limit] if not entry[1].done()]
+                del self._waiting[: self._limit]
+                if batch:
+                    await self._commit(batch)
+        except asyncio.CancelledError:  # stopped with the loop: nobody may wait forever
+            for _, future in batch + self._waiting:
+                future.cancel()
+            self._waiting.clear()
+            raise
+        finally:
+            self._writer = None
+
+    async def _commit(self, batch: list[tuple[Item, asyncio.Future[Result]]]) -> None:
+        try:
+            async with self._store.transaction() as conn:
+                results = await self._write(conn, [item for item, _ in batch])
+        except Exception as exc:
+            if len(batch) == 1:
+                _settle(batch[0][1], exc)
+                return
+            logger.debug("a batch of %d failed (%s); writing its items one by one", len(batch), type(exc).__name__)
+            for entry in batch:
+                await self._commit([entry])
+            return
+        for (_, future), result in zip(batch, results, strict=True):
+            _settle(future, result)
+
+
+def _settle(future: asyncio.Future[Result], outcome: Result | Exception) -> None:
+    if future.done():  # its caller was cancelled
+        return
+    if isinstance(outcome, Exception):
+        future.set_exception(outcome)
+    else:
+        future.set_result(outcome)
