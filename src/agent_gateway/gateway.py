@@ -14,7 +14,9 @@ from agent_gateway.config import Settings
 from agent_gateway.decisions import routes as decisions_routes
 from agent_gateway.decisions import service as decisions_service
 from agent_gateway.http.app import create_app
+from agent_gateway.http.fastpath import FastPath
 from agent_gateway.messages import routes as messages_routes
+from agent_gateway.messages import service as messages_service
 from agent_gateway.runtimes import runtime as runtimes
 from agent_gateway.scheduler import routes as scheduler_routes
 from agent_gateway.scheduler.timer import Timer
@@ -61,6 +63,7 @@ class Gateway:
         self.identity = SigningIdentity.from_settings(settings)
         self.store = Store(settings.database_url)
         self.publisher = decisions_service.Publisher(self.store, self.identity)
+        self.messages = messages_service.Writer(self.store)
         # Asked in order by every protected Public route; see auth/schemes.py.
         # An operator adds schemes in Python: gateway.auth_schemes.append(MyScheme()).
         self.password_scheme = PasswordScheme(self.store)
@@ -83,11 +86,30 @@ class Gateway:
             Timer(self.store, max_sleep_ms=settings.scheduler_max_sleep_ms) if "scheduler" in roles else None
         )
         self.agent_app = self._app("agent-gateway: Agent server", AGENT_DESCRIPTION, agent_routers)
-        self.agent_app.add_middleware(signatures_routes.SignFastPath, limit=settings.max_body_bytes)
+        self.agent_app.add_middleware(
+            FastPath,
+            limit=settings.max_body_bytes,
+            routes={
+                ("POST", "/sign"): signatures_routes.fast_sign,
+                ("POST", "/decisions"): decisions_routes.fast_publish,
+                ("GET", "/decisions"): decisions_routes.fast_read_agent,
+                ("POST", "/messages"): messages_routes.fast_send,
+                ("GET", "/messages"): messages_routes.fast_read_log,
+            },
+        )
         self.public_app = self._app(
             "agent-gateway: Public server",
             PUBLIC_DESCRIPTION,
             [auth_routes.public, messages_routes.public, signatures_routes.public, decisions_routes.public],
+        )
+        self.public_app.add_middleware(
+            FastPath,
+            limit=settings.max_body_bytes,
+            routes={
+                ("POST", "/messages"): messages_routes.fast_receive,
+                ("GET", "/messages"): messages_routes.fast_read_own_log,
+                ("GET", "/decisions"): decisions_routes.fast_read_public,
+            },
         )
         if setup is not None:
             setup(self)  # the operator's Python ([signals] setup): registers Handlers, may replace the runtime
@@ -99,6 +121,7 @@ class Gateway:
         app.state.settings = self.settings
         app.state.identity = self.identity
         app.state.publisher = self.publisher
+        app.state.messages = self.messages
         app.state.auth_schemes = self.auth_schemes
         return app
 

@@ -13,7 +13,8 @@ import pytest
 from agent_gateway.gateway import Gateway
 from agent_gateway.signatures import keys
 from agent_gateway.signatures.identity import SigningIdentity
-from agent_gateway.signatures.routes import SignFastPath
+from agent_gateway.http.fastpath import FastPath
+from agent_gateway.signatures.routes import fast_sign
 from agent_gateway.store.tables import decisions
 
 from tests.signatures.helpers import b64decode, b64encode, independent_verify, segments
@@ -157,7 +158,7 @@ async def call_fast_path(body: bytes, *, query: bytes = b"", content_type: bytes
     async def send(message: dict) -> None:
         sent.append(message)
 
-    await SignFastPath(inner, limit)(scope, receive, send)
+    await FastPath(inner, limit, {("POST", "/sign"): fast_sign})(scope, receive, send)
     return inner.bodies, sent, App.state.identity
 
 

@@ -5,13 +5,18 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import Depends, Request
+from starlette.responses import Response
+from starlette.types import Scope
 from pydantic import BaseModel, ConfigDict, Field
 
+from agent_gateway import jsontext
 from agent_gateway.auth import schemes
 from agent_gateway.decisions import service
 from agent_gateway.http import params
 from agent_gateway.http.app import router as new_router
+from agent_gateway.http.fastpath import Answer
 from agent_gateway.http.routing import error_responses, json_response
+from agent_gateway.store.engine import Store
 from agent_gateway.store.window import Window
 
 
@@ -42,8 +47,12 @@ Authenticated = Annotated[schemes.Authenticated, Depends(schemes.authenticated)]
 
 
 async def _read(request: Request, window: Window) -> Any:
-    decisions = await service.read(request.app.state.store, window)
-    return json_response({"decisions": [decision.to_json() for decision in decisions]})
+    return Response(await _page(request.app.state.store, window), media_type="application/json")
+
+
+async def _page(store: Store, window: Window) -> bytes:
+    decisions = await service.read(store, window)
+    return jsontext.dumps({"decisions": [decision.to_json() for decision in decisions]})
 
 
 async def _get(request: Request, seq: str) -> Any:
@@ -79,3 +88,32 @@ async def read_public(
 @public.get("/decisions/{seq}", responses={**_ONE, **error_responses(401)}, summary="Read one Decision")
 async def get_public(request: Request, _: Authenticated, seq: str) -> Any:
     return await _get(request, seq)
+
+
+# --- The fast path (http.fastpath) of the busiest routes ---------------------------
+
+
+async def fast_publish(scope: Scope, fields: dict[str, Any]) -> Answer | None:
+    """``POST /decisions`` with just a non-empty ``statement``."""
+    statement = fields.get("statement")
+    if fields.keys() != {"statement"} or type(statement) is not str or not statement:
+        return None
+    decision = await scope["app"].state.publisher.publish(statement)
+    return 201, jsontext.dumps(decision.to_json())
+
+
+async def fast_read_agent(scope: Scope, query: dict[str, str]) -> Answer | None:
+    """``GET /decisions`` on the Agent server with a plainly valid window."""
+    window = params.plain_window(query)
+    if window is None:
+        return None
+    return 200, await _page(scope["app"].state.store, window)
+
+
+async def fast_read_public(scope: Scope, query: dict[str, str]) -> Answer | None:
+    """``GET /decisions`` on the Public server with a plainly valid window, for an authenticated caller."""
+    window = params.plain_window(query)
+    if window is None:
+        return None
+    await schemes.authenticated(Request(scope))
+    return 200, await _page(scope["app"].state.store, window)

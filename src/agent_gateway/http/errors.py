@@ -50,11 +50,21 @@ def status_of(exc: errors.GatewayError) -> int:
     return 500
 
 
+def response_for(exc: Exception) -> Response:
+    """The answer to an exception a route raised: what the handlers :func:`install` adds answer."""
+    if isinstance(exc, errors.GatewayError):
+        status = status_of(exc)
+        headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+        return error_response(status, exc.message, headers)
+    if database_unavailable(exc):
+        logger.warning("database unavailable: %s", type(exc).__name__, extra={"action": "database_unavailable"})
+        return error_response(503, "the database is unavailable; nothing was recorded, retry")
+    logger.error("internal error", exc_info=exc, extra={"action": "internal_error"})
+    return error_response(500, "internal error")
+
+
 async def _gateway_error(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, errors.GatewayError)
-    status = status_of(exc)
-    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
-    return error_response(status, exc.message, headers)
+    return response_for(exc)
 
 
 async def _http_exception(request: Request, exc: Exception) -> Response:
@@ -129,8 +139,7 @@ def database_unavailable(exc: BaseException | None) -> bool:
 async def _database_error(request: Request, exc: Exception) -> Response:
     if not database_unavailable(exc):
         raise exc  # a bug: the 500 handler logs it
-    logger.warning("database unavailable: %s", type(exc).__name__, extra={"action": "database_unavailable"})
-    return error_response(503, "the database is unavailable; nothing was recorded, retry")
+    return response_for(exc)
 
 
 async def _unexpected(request: Request, exc: Exception) -> Response:

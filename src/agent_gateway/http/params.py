@@ -27,11 +27,15 @@ LimitQuery = Annotated[
 CursorQuery = Annotated[str | None, Query(description=f"sequence number, 0..{windows.MAX_CURSOR}")]
 
 
+def is_uuid(value: object) -> bool:
+    return type(value) is str and _UUID.fullmatch(value) is not None
+
+
 def uuid(name: str, value: str | None) -> str | None:
     """A UUID in the spec's pattern, returned lower-cased (ids are stored lower-case)."""
     if value is None:
         return None
-    if not _UUID.fullmatch(value):
+    if not is_uuid(value):
         raise errors.InvalidInput(f"{name} must be a UUID")
     return value.lower()
 
@@ -44,12 +48,32 @@ async def list_limit(limit: LimitQuery = None) -> int:
 
 async def cursor_window(after: CursorQuery = None, before: CursorQuery = None, limit: LimitQuery = None) -> windows.Window:
     """The cursor window of a log read (spec: Cursor-window reads, rules 1-8)."""
+    return _window(after, before, limit)
+
+
+_WINDOW_PARAMETERS = frozenset({"after", "before", "limit"})
+
+
+def _window(after: str | None, before: str | None, limit: str | None) -> windows.Window:
     after_value = parse_int("after", after, 0, windows.MAX_CURSOR)
     before_value = parse_int("before", before, 0, windows.MAX_CURSOR)
     if after_value is not None and before_value is not None:
         raise errors.InvalidInput("after and before cannot be combined")
     limit_value = parse_int("limit", limit, 1, windows.MAX_LIMIT)
     return windows.Window(after_value, before_value, windows.DEFAULT_LIMIT if limit_value is None else limit_value)
+
+
+def plain_window(query: dict[str, str], *, also: frozenset[str] = frozenset()) -> windows.Window | None:
+    """The cursor window of a fast-path read (``http.fastpath``); None when it is not plainly valid.
+
+    ``also`` names the route's other parameters, which the caller reads itself.
+    """
+    if not query.keys() <= _WINDOW_PARAMETERS | also:
+        return None
+    try:
+        return _window(query.get("after"), query.get("before"), query.get("limit"))
+    except errors.InvalidInput:
+        return None
 
 
 def seq_path(seq: str) -> int:

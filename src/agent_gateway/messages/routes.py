@@ -12,12 +12,15 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import Depends, Query, Request
+from starlette.responses import Response
+from starlette.types import Scope
 from pydantic import BaseModel, ConfigDict, Field
 
-from agent_gateway import errors
+from agent_gateway import errors, jsontext
 from agent_gateway.auth import schemes
 from agent_gateway.http import params
 from agent_gateway.http.app import router as new_router
+from agent_gateway.http.fastpath import Answer
 from agent_gateway.http.routing import error_responses, json_response
 from agent_gateway.messages import service
 from agent_gateway.store.window import Window
@@ -53,8 +56,8 @@ class OutboundIn(BaseModel):
     text: Annotated[str, TEXT]
 
 
-def _page(messages: list[service.Message]) -> Any:
-    return json_response({"messages": [message.to_json() for message in messages]})
+def _page(messages: list[service.Message]) -> bytes:
+    return jsontext.dumps({"messages": [message.to_json() for message in messages]})
 
 
 # --- Agent server: any User's log, no authentication ---------------------------
@@ -76,7 +79,7 @@ async def read_log(
         raise errors.InvalidInput("user is required")
     user_id = params.uuid("user", user)
     messages = await service.read(request.app.state.store, user_id, window)
-    return _page(messages)
+    return Response(_page(messages), media_type="application/json")
 
 
 @agent.post(
@@ -87,8 +90,7 @@ async def read_log(
 )
 async def send(request: Request, body: OutboundIn) -> Any:
     user_id = params.uuid("userId", body.userId)
-    async with request.app.state.store.transaction() as conn:
-        message = await service.send(conn, user_id, body.text)
+    message = await request.app.state.messages.send(user_id, body.text)
     return json_response(message.to_json(), 201)
 
 
@@ -107,7 +109,7 @@ async def read_own_log(
     request: Request, caller: Caller, window: Annotated[Window, Depends(params.cursor_window)]
 ) -> Any:
     messages = await service.read(request.app.state.store, caller.user.id, window)
-    return _page(messages)
+    return Response(_page(messages), media_type="application/json")
 
 
 @public.post(
@@ -117,6 +119,45 @@ async def read_own_log(
     summary="Send an inbound Message to the agent (its answer arrives later in the same log)",
 )
 async def receive(request: Request, caller: Caller, body: InboundIn) -> Any:
-    async with request.app.state.store.transaction() as conn:
-        message = await service.receive(conn, caller.user.id, body.text)
+    message = await request.app.state.messages.receive(caller.user.id, body.text)
     return json_response(message.to_json(), 201)
+
+
+# --- The fast path (http.fastpath) of the busiest routes ---------------------------
+
+
+async def fast_read_log(scope: Scope, query: dict[str, str]) -> Answer | None:
+    """Agent ``GET /messages`` with a plainly valid ``user`` and window."""
+    window = params.plain_window(query, also=frozenset({"user"}))
+    if window is None or not params.is_uuid(query.get("user")):
+        return None
+    messages = await service.read(scope["app"].state.store, query["user"].lower(), window)
+    return 200, _page(messages)
+
+
+async def fast_send(scope: Scope, fields: dict[str, Any]) -> Answer | None:
+    """Agent ``POST /messages`` with just a UUID ``userId`` and a non-empty ``text``."""
+    user_id, text = fields.get("userId"), fields.get("text")
+    if fields.keys() != {"userId", "text"} or not params.is_uuid(user_id) or type(text) is not str or not text:
+        return None
+    message = await scope["app"].state.messages.send(user_id.lower(), text)
+    return 201, jsontext.dumps(message.to_json())
+
+
+async def fast_read_own_log(scope: Scope, query: dict[str, str]) -> Answer | None:
+    """Public ``GET /messages`` with a plainly valid window, for an authenticated caller."""
+    window = params.plain_window(query)
+    if window is None:
+        return None
+    caller = await schemes.authenticated(Request(scope))
+    return 200, _page(await service.read(scope["app"].state.store, caller.user.id, window))
+
+
+async def fast_receive(scope: Scope, fields: dict[str, Any]) -> Answer | None:
+    """Public ``POST /messages`` with just a non-empty ``text``, for an authenticated caller."""
+    text = fields.get("text")
+    if fields.keys() != {"text"} or type(text) is not str or not text:
+        return None
+    caller = await schemes.authenticated(Request(scope))
+    message = await scope["app"].state.messages.receive(caller.user.id, text)
+    return 201, jsontext.dumps(message.to_json())

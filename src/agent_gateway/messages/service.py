@@ -3,30 +3,34 @@
 Each User has one log numbered from 1, inbound (User to agent) and outbound
 (agent to User) Messages counted in one sequence. The direction is decided by
 the caller (the server that received the request), never by a field. Every
-function takes a connection inside the caller's transaction.
+function takes a connection inside the caller's transaction; a :class:`Writer`
+(the routes') owns its transactions.
 
 Numbering: ``seq`` is computed inside the INSERT and the (User, seq) primary
 key refuses a duplicate. To keep that refusal rare, the writers of one User are
-serialised first (``store.messages.lock_log``): on PostgreSQL by locking the
+serialised first (``store.messages.lock_logs``): on PostgreSQL by locking the
 User's row for the rest of the transaction, on SQLite by the write transaction
 itself (``BEGIN IMMEDIATE``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
+from collections.abc import Sequence
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agent_gateway import clock, errors
 from agent_gateway.signals import service as signals
 from agent_gateway.store import messages as queries
+from agent_gateway.store.batch import Batcher
 from agent_gateway.store.engine import Store
 from agent_gateway.store.messages import LostRace, Message
 from agent_gateway.store.window import Window
 from agent_gateway.users.service import UserNotFound
 
-__all__ = ["InvalidText", "LostRace", "Message", "RECEIVED", "read", "receive", "send"]
+__all__ = ["Draft", "InvalidText", "LostRace", "Message", "RECEIVED", "Writer", "append_many", "read", "receive", "send"]
 
 INBOUND = "inbound"
 OUTBOUND = "outbound"
@@ -44,9 +48,7 @@ async def receive(conn: AsyncConnection, user_id: str, text: str) -> Message:
     Raises :class:`InvalidText`, :class:`UserNotFound`, or :class:`LostRace`
     (503: nothing may be committed; resending is correct).
     """
-    message = await _append(conn, user_id, INBOUND, text)
-    await signals.emit(conn, RECEIVED, message.to_json())
-    return message
+    return await _append_one(conn, Draft(user_id, INBOUND, text))
 
 
 async def send(conn: AsyncConnection, user_id: str, text: str) -> Message:
@@ -55,7 +57,63 @@ async def send(conn: AsyncConnection, user_id: str, text: str) -> Message:
     Raises :class:`InvalidText`, :class:`UserNotFound` (404: nobody has that
     id, nothing stored), or :class:`LostRace` (503).
     """
-    return await _append(conn, user_id, OUTBOUND, text)
+    return await _append_one(conn, Draft(user_id, OUTBOUND, text))
+
+
+@dataclasses.dataclass(frozen=True)
+class Draft:
+    """A Message to record: whose log, which direction, what text."""
+
+    user_id: str
+    direction: str
+    text: str
+
+
+async def append_many(conn: AsyncConnection, drafts: Sequence[Draft]) -> list[Message | errors.GatewayError]:
+    """Record ``drafts`` in order in the caller's transaction, inbound ones with their Signal.
+
+    A draft refused without writing anything (:class:`InvalidText`,
+    :class:`UserNotFound`) answers its error in its place and the others go
+    on; a lost race (:class:`LostRace`) is raised, and the transaction must
+    roll back.
+    """
+    refused: list[errors.GatewayError | None] = [_refusal(draft.text) for draft in drafts]
+    await queries.lock_logs(conn, user_ids=sorted({draft.user_id for draft in drafts}))
+    recorded: list[Message | errors.GatewayError] = []
+    for draft, refusal in zip(drafts, refused, strict=True):
+        if refusal is not None:
+            recorded.append(refusal)
+            continue
+        message = await queries.append(
+            conn,
+            id=str(uuid.uuid4()),
+            user_id=draft.user_id,
+            direction=draft.direction,
+            text=draft.text,
+            created_at=clock.now_iso(),
+        )
+        if message is None:
+            recorded.append(UserNotFound())
+            continue
+        if draft.direction == INBOUND:
+            await signals.emit(conn, RECEIVED, message.to_json())
+        recorded.append(message)
+    return recorded
+
+
+class Writer:
+    """Records the Messages of concurrent requests, many to a transaction (see ``store.batch``)."""
+
+    def __init__(self, store: Store) -> None:
+        self._batcher: Batcher[Draft, Message] = Batcher(store, append_many)
+
+    async def receive(self, user_id: str, text: str) -> Message:
+        """:func:`receive` in a transaction of its own, shared with whoever writes at the same time."""
+        return await self._batcher.submit(Draft(user_id, INBOUND, text))
+
+    async def send(self, user_id: str, text: str) -> Message:
+        """:func:`send` in a transaction of its own, shared with whoever writes at the same time."""
+        return await self._batcher.submit(Draft(user_id, OUTBOUND, text))
 
 
 async def read(store: Store, user_id: str, window: Window) -> list[Message]:
@@ -70,29 +128,21 @@ class InvalidText(errors.InvalidInput):
     """text must be a non-empty string without NUL characters."""
 
 
-def _check_text(text: object) -> None:
-    """A Message text: any non-empty string, except that NUL characters are refused.
+def _refusal(text: object) -> InvalidText | None:
+    """Why a Message text is refused: it must be a non-empty string, and NUL characters are refused.
 
     PostgreSQL's text type cannot hold NUL, so refusing it everywhere keeps
     both backends answering the same (400, never a 500).
     """
     if not isinstance(text, str) or not text:
-        raise InvalidText("text must be a non-empty string")
+        return InvalidText("text must be a non-empty string")
     if "\x00" in text:
-        raise InvalidText("text must not contain NUL characters")
+        return InvalidText("text must not contain NUL characters")
+    return None
 
 
-async def _append(conn: AsyncConnection, user_id: str, direction: str, text: str) -> Message:
-    _check_text(text)
-    await queries.lock_log(conn, user_id=user_id)
-    message = await queries.append(
-        conn,
-        id=str(uuid.uuid4()),
-        user_id=user_id,
-        direction=direction,
-        text=text,
-        created_at=clock.now_iso(),
-    )
-    if message is None:
-        raise UserNotFound()
-    return message
+async def _append_one(conn: AsyncConnection, draft: Draft) -> Message:
+    [recorded] = await append_many(conn, [draft])
+    if isinstance(recorded, Exception):
+        raise recorded
+    return recorded

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -70,19 +71,26 @@ _APPEND = (
     )
     .returning(messages.c.seq)
 )
-_LOCK_USER = sa.select(users.c.id).where(users.c.id == sa.bindparam("user_id")).with_for_update()
+# Rows are locked in the order they are returned: always the same order, so two
+# writers locking overlapping sets of Users cannot deadlock.
+_LOCK_USERS = (
+    sa.select(users.c.id)
+    .where(users.c.id.in_(sa.bindparam("user_ids", expanding=True)))
+    .order_by(users.c.id)
+    .with_for_update()
+)
 
 
-async def lock_log(conn: AsyncConnection, *, user_id: str) -> None:
-    """Make the other writers of ``user_id``'s log wait until this transaction ends.
+async def lock_logs(conn: AsyncConnection, *, user_ids: Sequence[str]) -> None:
+    """Make the other writers of these Users' logs wait until this transaction ends.
 
-    On PostgreSQL this locks the User's row. Its message inserts take a key
-    share lock on the same row (the foreign key), so they queue behind it
-    too. On SQLite the writing transaction (``BEGIN IMMEDIATE``) already holds
-    the database's one write lock, so there is nothing more to take.
+    On PostgreSQL this locks the Users' rows. Their message inserts take a
+    key share lock on the same rows (the foreign key), so they queue behind
+    it too. On SQLite the writing transaction (``BEGIN IMMEDIATE``) already
+    holds the database's one write lock, so there is nothing more to take.
     """
     if conn.dialect.name == "postgresql":
-        await conn.execute(_LOCK_USER, {"user_id": user_id})
+        await conn.execute(_LOCK_USERS, {"user_ids": list(user_ids)})
 
 
 async def append(
@@ -92,7 +100,7 @@ async def append(
 
     Returns None, having written nothing, when no User has ``user_id``. The
     number is computed inside the INSERT. Writers of one User that did not
-    :func:`lock_log` can still compute the same number; the primary key
+    :func:`lock_logs` can still compute the same number; the primary key
     refuses the second, which raises :class:`LostRace` (its transaction is then
     unusable and must roll back, leaving nothing stored).
     """

@@ -1,0 +1,121 @@
+"""The busiest routes, answered straight from the ASGI messages when the request is plainly valid.
+
+FastAPI's routing, middleware, dependency solving and body models cost more
+than the whole work of a hot route (a signature, a page of a log, a row
+appended by group commit). :class:`FastPath` sits in front of an app and
+gives a request for one of its routes to that route's fast handler when the
+request is of the plainest kind: a POST with ``Content-Type:
+application/json``, a ``Content-Length`` within the body limit and a body
+that is a JSON object; a GET with no parameter given twice. The handler
+decides the rest: it answers ``None``, before doing anything, for a request
+it does not take, and the request goes on, with its body, to the FastAPI
+route, which applies every rule and words every refusal. So the fast path
+only ever answers what the route would have answered, for the requests that
+matter, and never needs a refusal of its own.
+
+An error the handler raises once it has begun (an unknown Token, a User
+nobody holds, the database gone) is answered as the route answers it
+(``http.errors.response_for``): the work is not tried a second time.
+"""
+
+from __future__ import annotations
+
+import urllib.parse
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import orjson
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from agent_gateway.http import errors as http_errors
+
+# (status, JSON body) of an answer.
+Answer = tuple[int, bytes]
+# A route's fast handler: the request's scope and its JSON object (POST) or query
+# parameters (GET); None hands the request to the route.
+Handler = Callable[[Scope, dict[str, Any]], Awaitable["Answer | None"]]
+
+
+class FastPath:
+    """Answers the plainly valid requests of ``routes`` ((method, path) -> handler) itself."""
+
+    def __init__(self, app: ASGIApp, limit: int, routes: Mapping[tuple[str, str], Handler]) -> None:
+        self.app = app
+        self.limit = limit
+        self.routes = dict(routes)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        handler = self.routes.get((scope["method"], scope["path"])) if scope["type"] == "http" else None
+        if handler is None:
+            await self.app(scope, receive, send)
+            return
+        body = b""
+        if scope["method"] == "POST":
+            if not self._plain_post(scope):
+                await self.app(scope, receive, send)
+                return
+            chunks = []
+            while True:
+                message = await receive()
+                if message["type"] != "http.request":
+                    return  # the client went away
+                chunks.append(message.get("body", b""))
+                if not message.get("more_body"):
+                    break
+            body = b"".join(chunks)
+        data = _data(scope, body)
+        answer = None
+        if data is not None:
+            try:
+                answer = await handler(scope, data)
+            except Exception as exc:
+                await http_errors.response_for(exc)(scope, receive, send)
+                return
+        if answer is None:
+            await self.app(scope, _replay(body, receive) if scope["method"] == "POST" else receive, send)
+            return
+        status, content = answer
+        headers = [(b"content-length", str(len(content)).encode()), (b"content-type", b"application/json")]
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": content})
+
+    def _plain_post(self, scope: Scope) -> bool:
+        length = content_type = None
+        for name, value in scope["headers"]:
+            if name == b"content-length":
+                length = value
+            elif name == b"content-type":
+                content_type = value
+        return content_type == b"application/json" and length is not None and length.isdigit() and int(length) <= self.limit
+
+
+def _data(scope: Scope, body: bytes) -> dict[str, Any] | None:
+    """The JSON object of a POST or the query parameters of a GET; None when not that plain."""
+    if scope["method"] == "POST":
+        if scope["query_string"]:
+            return None
+        try:
+            fields = orjson.loads(body)  # refuses what the route's strict parser refuses
+        except orjson.JSONDecodeError:
+            return None
+        return fields if type(fields) is dict else None
+    try:
+        pairs = urllib.parse.parse_qsl(scope["query_string"].decode("ascii"), keep_blank_values=True, strict_parsing=True)
+    except (UnicodeDecodeError, ValueError):
+        return None if scope["query_string"] else {}
+    query = dict(pairs)
+    return query if len(query) == len(pairs) else None
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """``receive`` with ``body``, already read, given back first."""
+    replayed = False
+
+    async def receive_again() -> Message:
+        nonlocal replayed
+        if replayed:
+            return await receive()
+        replayed = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return receive_again
