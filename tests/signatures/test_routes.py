@@ -179,12 +179,7 @@ async def test_the_fast_path_signs_a_plainly_valid_request_itself() -> None:
         (b'{"statement":"s","typ":""}', {}),
         (b'{"statement":"s","typ":"' + b"x" * 129 + b'"}', {"limit": 1000}),
         (b'{"statement":"s","other":1}', {}),
-        (b'["s"]', {}),
-        (b'{"statement":"s"', {}),
-        (b'{"statement":"\\ud800"}', {}),  # a lone surrogate
-        (b'{"statement":"s"}', {"query": b"x=1"}),
-        (b'{"statement":"s"}', {"content_type": b"application/json; charset=utf-8"}),
-        (b'{"statement":"s"}', {"limit": 5}),
+        (b'{"typ":"t"}', {}),
     ],
 )
 async def test_the_fast_path_hands_anything_else_to_the_route_with_its_body(body: bytes, options: dict) -> None:

@@ -1,0 +1,250 @@
+"""The fast path (http.fastpath): it answers exactly what the routes answer, or hands the request on.
+
+A request the fast path hands on reaches the FastAPI route with its body. The
+comparisons below send each request twice: once plainly (the fast path takes
+it) and once in a form the fast path does not take but the route reads the
+same way (``Content-Type: application/json; charset=utf-8`` for a POST, a
+stray ``&`` in a query), so the route's own answer is the reference.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+from agent_gateway import errors
+from agent_gateway.auth import service as auth
+from agent_gateway.gateway import Gateway
+from agent_gateway.http.fastpath import FastPath
+from agent_gateway.users import service as users
+
+ROUTED_JSON = {"Content-Type": "application/json; charset=utf-8"}
+
+
+# --- the middleware, with a stand-in app behind it ----------------------------------
+
+
+class Inner:
+    """The app behind the fast path: records the bodies that reached it."""
+
+    def __init__(self) -> None:
+        self.bodies: list[bytes] = []
+
+    async def __call__(self, scope, receive, send) -> None:  # type: ignore[no-untyped-def]
+        message = await receive()
+        self.bodies.append(message.get("body", b""))
+        await send({"type": "http.response.start", "status": 299, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+
+async def call(handler, method: str, body: bytes = b"", *, query: bytes = b"", content_type: bytes = b"application/json", limit: int = 100):  # type: ignore[no-untyped-def]
+    inner = Inner()
+    headers = [(b"content-type", content_type), (b"content-length", str(len(body)).encode())]
+    scope = {"type": "http", "method": method, "path": "/r", "query_string": query, "headers": headers}
+    sent: list[dict] = []
+
+    async def receive() -> dict:
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    await FastPath(inner, limit, {(method, "/r"): handler})(scope, receive, send)
+    return inner.bodies, sent
+
+
+async def echo(scope: Any, data: dict[str, Any]) -> tuple[int, bytes]:
+    return 200, orjson.dumps(data)
+
+
+async def test_a_plain_post_gets_its_json_object_and_a_get_its_query() -> None:
+    reached, sent = await call(echo, "POST", b'{"a":"b"}')
+    assert reached == [] and sent[0]["status"] == 200 and orjson.loads(sent[1]["body"]) == {"a": "b"}
+    assert dict(sent[0]["headers"]) == {b"content-length": b"9", b"content-type": b"application/json"}
+    reached, sent = await call(echo, "GET", query=b"after=3&limit=%35")
+    assert reached == [] and orjson.loads(sent[1]["body"]) == {"after": "3", "limit": "5"}
+    reached, sent = await call(echo, "GET")
+    assert reached == [] and orjson.loads(sent[1]["body"]) == {}
+
+
+@pytest.mark.parametrize(
+    ("method", "body", "options"),
+    [
+        ("POST", b"", {}),
+        ("POST", b'["a"]', {}),
+        ("POST", b'"a"', {}),
+        ("POST", b'{"a":"b"', {}),
+        ("POST", b'{"a":"\\ud800"}', {}),  # a lone surrogate
+        ("POST", b'{"a":"\xff"}', {}),  # invalid UTF-8
+        ("POST", b'{"a":NaN}', {}),
+        ("POST", b'{"a":"b"}', {"query": b"x=1"}),
+        ("POST", b'{"a":"b"}', {"content_type": b"application/json; charset=utf-8"}),
+        ("POST", b'{"a":"b"}', {"content_type": b"text/plain"}),
+        ("POST", b'{"a":"b"}', {"limit": 5}),
+        ("GET", b"", {"query": b"after=1&after=2"}),
+        ("GET", b"", {"query": b"after=1&"}),
+        ("GET", b"", {"query": b"after"}),
+        ("GET", b"", {"query": b"\xff=1"}),
+    ],
+)
+async def test_anything_less_plain_goes_to_the_route_with_its_body(method: str, body: bytes, options: dict) -> None:
+    reached, sent = await call(echo, method, body, **options)
+    assert reached == [body]
+    assert sent[0]["status"] == 299
+
+
+async def test_a_handler_that_declines_hands_the_request_on_with_its_body() -> None:
+    async def declines(scope: Any, data: dict[str, Any]) -> None:
+        return None
+
+    reached, sent = await call(declines, "POST", b'{"a":"b"}')
+    assert reached == [b'{"a":"b"}'] and sent[0]["status"] == 299
+
+
+@pytest.mark.parametrize(
+    ("raised", "status", "message"),
+    [
+        (errors.InvalidInput("bad"), 400, "bad"),
+        (errors.NotFound("none"), 404, "none"),
+        (errors.Busy("again"), 503, "again"),
+        (ConnectionResetError(), 503, "the database is unavailable; nothing was recorded, retry"),
+        (RuntimeError("a bug"), 500, "internal error"),
+    ],
+)
+async def test_an_error_once_begun_is_answered_as_the_routes_answer_it_and_not_retried(
+    raised: Exception, status: int, message: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def fails(scope: Any, data: dict[str, Any]) -> None:
+        raise raised
+
+    with caplog.at_level(logging.WARNING):
+        reached, sent = await call(fails, "POST", b'{"a":"b"}')
+    assert reached == []
+    assert sent[0]["status"] == status
+    assert orjson.loads(sent[1]["body"])["message"] == message
+    if status == 500:
+        assert any(record.exc_info and record.exc_info[1] is raised for record in caplog.records)
+
+
+async def test_an_authentication_failure_carries_the_bearer_challenge() -> None:
+    async def refuses(scope: Any, data: dict[str, Any]) -> None:
+        raise errors.AuthenticationFailed("authentication failed")
+
+    _, sent = await call(refuses, "GET")
+    assert sent[0]["status"] == 401
+    assert (b"www-authenticate", b"Bearer") in sent[0]["headers"]
+
+
+async def test_a_client_that_leaves_before_its_body_gets_nothing() -> None:
+    inner = Inner()
+    scope = {"type": "http", "method": "POST", "path": "/r", "query_string": b"",
+             "headers": [(b"content-type", b"application/json"), (b"content-length", b"2")]}  # fmt: skip
+    sent: list[dict] = []
+
+    async def receive() -> dict:
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    await FastPath(inner, 100, {("POST", "/r"): echo})(scope, receive, send)
+    assert sent == [] and inner.bodies == []
+
+
+# --- each fast route answers as its FastAPI route -----------------------------------
+
+
+@pytest.fixture
+async def user_and_token(gateway: Gateway) -> tuple[str, dict[str, str]]:
+    async with gateway.store.transaction() as conn:
+        user = await users.admit(conn)
+        issued = await auth.issue_token(conn, user.id, ttl_ms=60_000)
+    return user.id, {"Authorization": f"Bearer {issued.token}"}
+
+
+def assert_same_answer(fast: httpx.Response, routed: httpx.Response, *, same_body: bool = True) -> None:
+    assert fast.status_code == routed.status_code
+    assert fast.headers["content-type"] == routed.headers["content-type"] == "application/json"
+    assert fast.headers.get("www-authenticate") == routed.headers.get("www-authenticate")
+    if same_body:
+        assert fast.content == routed.content
+        assert fast.headers["content-length"] == routed.headers["content-length"]
+    else:
+        assert fast.json().keys() == routed.json().keys()
+
+
+async def post_both(client: httpx.AsyncClient, path: str, body: Any, headers: dict[str, str] | None = None):  # type: ignore[no-untyped-def]
+    content = orjson.dumps(body)
+    fast = await client.post(path, content=content, headers={"Content-Type": "application/json", **(headers or {})})
+    routed = await client.post(path, content=content, headers={**ROUTED_JSON, **(headers or {})})
+    return fast, routed
+
+
+async def get_both(client: httpx.AsyncClient, path: str, query: str, headers: dict[str, str] | None = None):  # type: ignore[no-untyped-def]
+    fast = await client.get(f"{path}?{query}" if query else path, headers=headers)
+    routed = await client.get(f"{path}?{query}&", headers=headers)
+    return fast, routed
+
+
+async def test_publishing_a_decision(agent: httpx.AsyncClient) -> None:
+    fast, routed = await post_both(agent, "/decisions", {"statement": "s"})
+    assert_same_answer(fast, routed, same_body=False)
+    assert (fast.status_code, fast.json()["seq"], routed.json()["seq"]) == (201, 1, 2)
+    fast, routed = await post_both(agent, "/decisions", {"statement": ""})
+    assert_same_answer(fast, routed)
+    assert fast.status_code == 400
+
+
+@pytest.mark.parametrize("query", ["", "limit=1", "after=0", "before=2", "after=0&limit=200", "limit=0", "after=1&before=2", "x=1"])
+@pytest.mark.parametrize("server", ["agent", "public"])
+async def test_reading_decisions(
+    agent: httpx.AsyncClient, public: httpx.AsyncClient, user_and_token, server: str, query: str
+) -> None:
+    for index in range(3):
+        await agent.post("/decisions", json={"statement": f"d{index}"})
+    client, headers = (agent, None) if server == "agent" else (public, user_and_token[1])
+    fast, routed = await get_both(client, "/decisions", query, headers)
+    assert_same_answer(fast, routed)
+    if server == "public":
+        assert_same_answer(*await get_both(client, "/decisions", query, {"Authorization": "Bearer nobody"}))
+
+
+async def test_sending_a_message(agent: httpx.AsyncClient, user_and_token) -> None:
+    user_id, _ = user_and_token
+    fast, routed = await post_both(agent, "/messages", {"userId": user_id, "text": "hi"})
+    assert_same_answer(fast, routed, same_body=False)
+    assert (fast.json()["seq"], routed.json()["seq"]) == (1, 2)
+    nobody = "00000000-0000-4000-8000-000000000000"
+    for body in ({"userId": nobody, "text": "hi"}, {"userId": user_id, "text": "a\x00b"}, {"userId": user_id.upper(), "text": "x"}):
+        assert_same_answer(*await post_both(agent, "/messages", body), same_body=body["userId"] != user_id.upper())
+
+
+async def test_receiving_a_message(public: httpx.AsyncClient, user_and_token) -> None:
+    _, headers = user_and_token
+    fast, routed = await post_both(public, "/messages", {"text": "hi"}, headers)
+    assert_same_answer(fast, routed, same_body=False)
+    assert (fast.status_code, fast.json()["seq"], routed.json()["seq"]) == (201, 1, 2)
+    assert_same_answer(*await post_both(public, "/messages", {"text": "a\x00b"}, headers))
+    for refused in ({}, {"Authorization": "Bearer nobody"}):
+        assert_same_answer(*await post_both(public, "/messages", {"text": "hi"}, refused))
+
+
+@pytest.mark.parametrize("query", ["", "after=1", "before=3&limit=1", "limit=201", "user=x"])
+async def test_reading_ones_own_log(public: httpx.AsyncClient, user_and_token, query: str) -> None:
+    _, headers = user_and_token
+    for text in ("a", "b", "c"):
+        await public.post("/messages", json={"text": text}, headers=headers)
+    assert_same_answer(*await get_both(public, "/messages", query, headers))
+    assert_same_answer(*await get_both(public, "/messages", query, {"Authorization": "Bearer nobody"}))
+
+
+@pytest.mark.parametrize("query", ["user={user}", "user={user}&after=1", "user={USER}&limit=2", "", "user=x", "user={user}&before=-1"])
+async def test_reading_a_users_log(agent: httpx.AsyncClient, user_and_token, query: str) -> None:
+    user_id, _ = user_and_token
+    for text in ("a", "b", "c"):
+        await agent.post("/messages", json={"userId": user_id, "text": text})
+    assert_same_answer(*await get_both(agent, "/messages", query.format(user=user_id, USER=user_id.upper())))
