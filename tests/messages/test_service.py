@@ -161,3 +161,45 @@ async def test_a_lost_race_raises_and_the_transaction_stores_nothing(store: Stor
     with pytest.raises(queries.LostRace):
         await losing
     assert [row["seq"] for row in await stored_messages(store)] == [1]
+
+
+async def test_append_many_writes_drafts_in_order_answering_refusals_in_their_place(store: Store) -> None:
+    alice, bob = await admit(store), await admit(store)
+    nobody = str(uuid.uuid4())
+    drafts = [
+        service.Draft(bob, "inbound", "b1"),
+        service.Draft(alice, "outbound", "a1"),
+        service.Draft(nobody, "inbound", "lost"),
+        service.Draft(alice, "inbound", ""),
+        service.Draft(alice, "inbound", "a2"),
+        service.Draft(bob, "inbound", "b\x00"),
+        service.Draft(bob, "outbound", "b2"),
+    ]
+    async with store.transaction() as conn:
+        recorded = await service.append_many(conn, drafts)
+    assert isinstance(recorded[2], service.UserNotFound)
+    assert isinstance(recorded[3], service.InvalidText) and isinstance(recorded[5], service.InvalidText)
+    written = [recorded[i] for i in (0, 1, 4, 6)]
+    assert [(m.user_id, m.seq, m.direction, m.text) for m in written] == [  # type: ignore[union-attr]
+        (bob, 1, "inbound", "b1"),
+        (alice, 1, "outbound", "a1"),
+        (alice, 2, "inbound", "a2"),
+        (bob, 2, "outbound", "b2"),
+    ]
+    # One Signal per inbound Message, in the order of the Messages.
+    assert [signal["payload"] for signal in await stored_signals(store)] == [written[0].to_json(), written[2].to_json()]  # type: ignore[union-attr]
+    assert len(await stored_messages(store)) == 4
+
+
+async def test_a_writer_numbers_concurrent_messages_of_many_users(store: Store) -> None:
+    writer = service.Writer(store)
+    alice, bob = await admit(store), await admit(store)
+    sends = [writer.receive(alice if i % 3 else bob, f"m{i}") for i in range(30)]
+    messages = await asyncio.gather(*sends)
+    for user_id in (alice, bob):
+        mine = [m for m in messages if m.user_id == user_id]
+        assert [m.seq for m in mine] == list(range(1, len(mine) + 1))
+        assert await service.read(store, user_id, Window(after=0, limit=200)) == mine
+    assert len(await stored_signals(store)) == 30
+    with pytest.raises(service.UserNotFound):
+        await writer.send(str(uuid.uuid4()), "to nobody")

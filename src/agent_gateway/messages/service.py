@@ -80,6 +80,7 @@ async def append_many(conn: AsyncConnection, drafts: Sequence[Draft]) -> list[Me
     refused: list[errors.GatewayError | None] = [_refusal(draft.text) for draft in drafts]
     await queries.lock_logs(conn, user_ids=sorted({draft.user_id for draft in drafts}))
     recorded: list[Message | errors.GatewayError] = []
+    received: list[dict[str, object]] = []
     for draft, refusal in zip(drafts, refused, strict=True):
         if refusal is not None:
             recorded.append(refusal)
@@ -96,8 +97,10 @@ async def append_many(conn: AsyncConnection, drafts: Sequence[Draft]) -> list[Me
             recorded.append(UserNotFound())
             continue
         if draft.direction == INBOUND:
-            await signals.emit(conn, RECEIVED, message.to_json())
+            received.append(message.to_json())
         recorded.append(message)
+    if received:
+        await signals.emit_many(conn, RECEIVED, received)
     return recorded
 
 

@@ -8,6 +8,7 @@ other areas call (Messages, the Scheduler); the reads back the Agent routes;
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -26,6 +27,7 @@ __all__ = [
     "Signal",
     "SignalNotFound",
     "emit",
+    "emit_many",
     "get_run",
     "get_signal",
     "list_runs",
@@ -58,10 +60,16 @@ async def emit(conn: AsyncConnection, kind: str, payload: Any) -> str:
     value and is stored exactly as written; ``emittedAt`` (now) is the queue
     order, ties broken by insertion.
     """
-    signal_id = str(uuid.uuid4())
-    await signal_queries.insert(conn, id=signal_id, kind=kind, payload=payload, emitted_at=clock.now_iso())
-    engine.notify(conn, CHANNEL)
+    [signal_id] = await emit_many(conn, kind, [payload])
     return signal_id
+
+
+async def emit_many(conn: AsyncConnection, kind: str, payloads: Sequence[Any]) -> list[str]:
+    """:func:`emit` a Signal of ``kind`` for each of ``payloads``, in that order; return their ids."""
+    pending = [(str(uuid.uuid4()), kind, payload, clock.now_iso()) for payload in payloads]
+    await signal_queries.insert_many(conn, pending)
+    engine.notify(conn, CHANNEL)
+    return [signal_id for signal_id, *_ in pending]
 
 
 async def get_signal(conn: AsyncConnection, signal_id: str) -> Signal:

@@ -8,6 +8,7 @@ transition from the wrong state changes nothing and returns nothing.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -74,10 +75,16 @@ _FINISH = (
 
 
 async def insert(conn: AsyncConnection, *, id: str, kind: str, payload: Any, emitted_at: str) -> None:
-    await conn.execute(
-        _INSERT,
-        {"id": id, "kind": kind, "payload": payload, "emitted_at": emitted_at, "state": PENDING, "error": None},
-    )
+    await insert_many(conn, [(id, kind, payload, emitted_at)])
+
+
+async def insert_many(conn: AsyncConnection, pending: Sequence[tuple[str, str, Any, str]]) -> None:
+    """Record pending Signals, each ``(id, kind, payload, emitted_at)``, in order, with one statement."""
+    rows = [
+        {"id": id, "kind": kind, "payload": payload, "emitted_at": emitted_at, "state": PENDING, "error": None}
+        for id, kind, payload, emitted_at in pending
+    ]
+    await conn.execute(_INSERT, rows)
 
 
 async def get(conn: AsyncConnection, *, id: str) -> Signal | None:
