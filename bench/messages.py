@@ -13,7 +13,8 @@ issues it a Token (``agent-gateway tokens issue``), then measures with
    so the Signal Worker does not start an agent process per Message and the
    numbers are the write path's own;
 2. outbound ``POST /messages`` (Agent) to the same User, likewise;
-3. ``GET /messages?after=`` polling (Public, and the Agent's ``?user=``);
+3. once the Worker has ended every Signal, ``GET /messages?after=`` polling
+   (Public, and the Agent's ``?user=``);
 4. then, on a second gateway that runs the demo echo agent for each
    ``message.received`` Signal, the time from sending an inbound Message to
    the agent's outbound answer being readable with ``after=<seq>``, p50/p99
@@ -62,6 +63,20 @@ def newest_seq(served: ServedGateway, user_id: str) -> int:
     return page[0]["seq"] if page else 0
 
 
+def drain(served: ServedGateway) -> float:
+    """Seconds until the newest Signal has ended (the Worker takes them oldest first).
+
+    The reads are measured after this, not beside a Worker still busy with the
+    inbound phase's Signals.
+    """
+    started = time.perf_counter()
+    while True:
+        newest = httpx.get(f"{served.agent_url}/signals", params={"limit": "1"}).json()["signals"]
+        if not newest or newest[0]["state"] not in ("pending", "processing"):
+            return time.perf_counter() - started
+        time.sleep(0.2)
+
+
 def measure_writes(backend: str, duration: int, workers: int) -> None:
     with harness.gateway(backend, {**NO_HANDLERS, harness.WORKERS: str(workers)}) as served:
         user_id, auth = admit_with_token(served)
@@ -77,6 +92,7 @@ def measure_writes(backend: str, duration: int, workers: int) -> None:
             busy = 100 * result.non_2xx / max(result.requests, 1)
             print(result.line(label))
             print(f"{'':<44} {stored / duration:>9,.0f} Messages stored/s   503: {busy:.2f}% of {result.requests:,}")
+        print(f"{'':<44} then {drain(served):.1f} s until the Signal Worker had ended every Signal")
         latest = newest_seq(served, user_id)
         polls = [
             ("GET /messages?after=<newest> (Public)", f"{served.public_url}/messages?after={latest}", auth),
