@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import time
 
 import sqlalchemy as sa
@@ -91,14 +92,22 @@ def read(backend: str, duration: int, workers: int) -> None:
         print(result.line(f"[{backend}] GET /decisions?limit=50 ({SMALL:,})"))
 
 
+def settle() -> None:
+    """Let the bulk fill reach the disk, so that the kernel's write-back is not measured with the reads."""
+    os.sync()
+    time.sleep(1)
+
+
 def scale(backend: str, duration: int, large: int, workers: int) -> None:
     with harness.gateway(backend, {harness.WORKERS: str(workers)}) as served:
         url = served.env["AGENT_GATEWAY_DATABASE_URL"]
         asyncio.run(fill(url, 1, SMALL))
+        settle()
         small = harness.wrk(served.agent_url + "/decisions", random_before(SMALL), duration_s=duration)
         print(small.line(f"[{backend}] GET /decisions?before=N ({SMALL:,})"))
         seconds = asyncio.run(fill(url, SMALL + 1, large))
         print(f"[{backend}] filled to {large:,} Decisions in {seconds:.0f} s")
+        settle()
         big = harness.wrk(served.agent_url + "/decisions", random_before(large), duration_s=duration)
         print(big.line(f"[{backend}] GET /decisions?before=N ({large:,})"))
         ratio = big.latency_ms["50"] / small.latency_ms["50"]

@@ -346,3 +346,10 @@ def test_upgrading_a_current_database_does_not_import_alembic(sqlite_url: str) -
     )
     result = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]", result.stderr
+
+
+@pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
+async def test_direct_reads_on_postgresql_use_generic_plans(store: Store) -> None:
+    # A custom plan per execution costs more as a log grows (see store.direct).
+    [(mode,)] = await store.fetch(direct.Query(sa.text("SELECT current_setting('plan_cache_mode')")))
+    assert mode == "force_generic_plan"
