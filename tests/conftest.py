@@ -121,7 +121,7 @@ async def gateway(settings: config.Settings) -> AsyncIterator[Gateway]:
 @pytest.fixture
 async def agent(gateway: Gateway) -> AsyncIterator[httpx.AsyncClient]:
     """A client of the Agent server, in process."""
-    transport = httpx.ASGITransport(app=gateway.agent_app)
+    transport = httpx.ASGITransport(app=gateway.agent_asgi)
     async with httpx.AsyncClient(transport=transport, base_url="http://agent") as client:
         yield client
 
@@ -129,7 +129,7 @@ async def agent(gateway: Gateway) -> AsyncIterator[httpx.AsyncClient]:
 @pytest.fixture
 async def public(gateway: Gateway) -> AsyncIterator[httpx.AsyncClient]:
     """A client of the Public server, in process."""
-    transport = httpx.ASGITransport(app=gateway.public_app)
+    transport = httpx.ASGITransport(app=gateway.public_asgi)
     async with httpx.AsyncClient(transport=transport, base_url="http://public") as client:
         yield client
 

@@ -86,10 +86,11 @@ class Gateway:
             Timer(self.store, max_sleep_ms=settings.scheduler_max_sleep_ms) if "scheduler" in roles else None
         )
         self.agent_app = self._app("agent-gateway: Agent server", AGENT_DESCRIPTION, agent_routers)
-        self.agent_app.add_middleware(
-            FastPath,
-            limit=settings.max_body_bytes,
-            routes={
+        # What each server runs: the fast path (http.fastpath) in front of the FastAPI app.
+        self.agent_asgi = FastPath(
+            self.agent_app,
+            settings.max_body_bytes,
+            {
                 ("POST", "/sign"): signatures_routes.fast_sign,
                 ("POST", "/decisions"): decisions_routes.fast_publish,
                 ("GET", "/decisions"): decisions_routes.fast_read_agent,
@@ -102,10 +103,10 @@ class Gateway:
             PUBLIC_DESCRIPTION,
             [auth_routes.public, messages_routes.public, signatures_routes.public, decisions_routes.public],
         )
-        self.public_app.add_middleware(
-            FastPath,
-            limit=settings.max_body_bytes,
-            routes={
+        self.public_asgi = FastPath(
+            self.public_app,
+            settings.max_body_bytes,
+            {
                 ("POST", "/messages"): messages_routes.fast_receive,
                 ("GET", "/messages"): messages_routes.fast_read_own_log,
                 ("GET", "/decisions"): decisions_routes.fast_read_public,

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import uvicorn
-from fastapi import FastAPI
+from starlette.types import ASGIApp
 
 from agent_gateway import errors
 from agent_gateway.config import Address, Settings
@@ -153,7 +153,7 @@ async def _serve_http(
     gateway: Gateway, sockets: dict[str, socket.socket], stopping: asyncio.Event, *, announce: bool
 ) -> None:
     settings = gateway.settings
-    servers = [_Server(gateway.public_app), _Server(gateway.agent_app)]
+    servers = [_Server(gateway.public_asgi), _Server(gateway.agent_asgi)]
     tasks = [
         asyncio.create_task(servers[0].serve(sockets=[sockets["public"]]), name="public server"),
         asyncio.create_task(servers[1].serve(sockets=[sockets["agent"]]), name="agent server"),
@@ -186,9 +186,12 @@ async def _serve_http(
 class _Server(uvicorn.Server):
     """A uvicorn server on a socket bound beforehand, leaving signals to ``_serve``."""
 
-    def __init__(self, app: FastAPI) -> None:
+    def __init__(self, app: ASGIApp) -> None:
+        # No proxy-header rewriting: nothing here reads the client's address.
         super().__init__(
-            uvicorn.Config(app, lifespan="off", access_log=False, log_config=None, server_header=False)
+            uvicorn.Config(
+                app, lifespan="off", access_log=False, log_config=None, server_header=False, proxy_headers=False
+            )
         )
 
     def capture_signals(self):  # type: ignore[no-untyped-def, override]

@@ -134,6 +134,7 @@ class Inner:
 
     def __init__(self) -> None:
         self.bodies: list[bytes] = []
+        self.state: object = None
 
     async def __call__(self, scope, receive, send) -> None:  # type: ignore[no-untyped-def]
         message = await receive()
@@ -148,8 +149,9 @@ async def call_fast_path(body: bytes, *, query: bytes = b"", content_type: bytes
             identity = SigningIdentity(keys.generate_pem("ed25519"))
 
     inner = Inner()
+    inner.state = App.state  # the fast path's handlers find the app's state as routes do
     headers = [(b"content-type", content_type), (b"content-length", str(len(body)).encode())]
-    scope = {"type": "http", "method": "POST", "path": "/sign", "query_string": query, "headers": headers, "app": App}
+    scope = {"type": "http", "method": "POST", "path": "/sign", "query_string": query, "headers": headers}
     sent: list[dict] = []
 
     async def receive() -> dict:

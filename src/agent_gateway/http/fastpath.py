@@ -37,7 +37,12 @@ Handler = Callable[[Scope, dict[str, Any]], Awaitable["Answer | None"]]
 
 
 class FastPath:
-    """Answers the plainly valid requests of ``routes`` ((method, path) -> handler) itself."""
+    """Answers the plainly valid requests of ``routes`` ((method, path) -> handler) itself.
+
+    It is the outermost ASGI app of a server: the layers of FastAPI and
+    Starlette in front of the routes cost a fast request as much again.
+    Handlers find the FastAPI app in ``scope["app"]``, as routes do.
+    """
 
     def __init__(self, app: ASGIApp, limit: int, routes: Mapping[tuple[str, str], Handler]) -> None:
         self.app = app
@@ -66,6 +71,7 @@ class FastPath:
         data = _data(scope, body)
         answer = None
         if data is not None:
+            scope["app"] = self.app
             try:
                 answer = await handler(scope, data)
             except Exception as exc:
