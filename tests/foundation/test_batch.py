@@ -104,3 +104,17 @@ async def test_a_caller_cancelled_before_its_batch_withdraws_its_item(store: Sto
         await withdrawn
     assert await statements(store) == ["running", "kept"]
     assert write.batches == [["running"], ["kept"]]
+
+
+async def test_a_batch_the_database_refuses_fails_every_item_at_once(store: Store) -> None:
+    write = Recording()
+
+    async def unreachable(conn: AsyncConnection, items: Sequence[str]) -> list[service.Decision | Exception]:
+        write.batches.append(list(items))
+        raise ConnectionResetError("the server went away")
+
+    batcher: Batcher[str, service.Decision] = Batcher(store, unreachable)
+    outcomes = await asyncio.gather(*(batcher.submit(item) for item in ("a", "b", "c")), return_exceptions=True)
+    assert all(isinstance(outcome, ConnectionResetError) for outcome in outcomes)
+    # Not tried again item by item: each would only wait for the database again.
+    assert write.batches == [["a", "b", "c"]]

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import logging
-import sqlite3
 from http import HTTPStatus
 from typing import Any
 
-import asyncpg
 import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -19,6 +17,7 @@ from starlette.responses import Response
 from starlette.routing import Match
 
 from agent_gateway import errors
+from agent_gateway.store.unavailable import UNAVAILABLE, database_unavailable
 
 logger = logging.getLogger(__name__)
 
@@ -106,34 +105,6 @@ async def _validation_error(request: Request, exc: Exception) -> Response:
     return error_response(400, describe_validation(list(exc.errors())))
 
 
-# Errors that mean the database cannot be reached right now: a restart, a dropped
-# connection, SQLite's lock held past the busy timeout. Not bugs: the client may retry.
-# The asyncpg classes: a lost connection (08xxx); a server shutting down, crashed or
-# starting up (57P01-57P03); and the client's protocol state broken by a server that
-# ended the session mid-statement (MagicStack/asyncpg#1069). Reads straight on the
-# driver (store.direct) and SQLite's BEGIN raise them unwrapped; SQLite's own
-# OperationalError stands for the lock held past the busy timeout, as SQLAlchemy's does.
-UNAVAILABLE = (
-    ConnectionError,
-    sqlite3.OperationalError,
-    TimeoutError,
-    asyncpg.InterfaceError,
-    asyncpg.InternalClientError,
-    asyncpg.PostgresConnectionError,
-    asyncpg.exceptions.AdminShutdownError,
-    asyncpg.exceptions.CrashShutdownError,
-    asyncpg.exceptions.CannotConnectNowError,
-)
-
-
-def database_unavailable(exc: BaseException | None) -> bool:
-    if isinstance(exc, sa_exc.DBAPIError):
-        if exc.connection_invalidated or isinstance(exc, (sa_exc.OperationalError, sa_exc.InterfaceError)):
-            return True
-        # SQLAlchemy's asyncpg adapter wraps a driver error it does not classify (a refused
-        # connect while the server shuts down, say) in a plain DBAPIError; the driver's is its cause.
-        return exc.orig is not None and database_unavailable(exc.orig.__cause__)
-    return isinstance(exc, UNAVAILABLE)
 
 
 async def _database_error(request: Request, exc: Exception) -> Response:

@@ -12,7 +12,8 @@ Each caller still gets its own outcome. ``write`` answers one result per item,
 an exception standing for an item refused without harm to the transaction
 (a User nobody holds, say). When the transaction itself fails, its items are
 written again one per transaction, so that an error belongs to the one item
-that caused it and the others commit as they would have alone.
+that caused it and the others commit as they would have alone; except when
+the database cannot be reached, which is every item's answer at once.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import Generic, TypeVar
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agent_gateway.store.engine import Store
+from agent_gateway.store.unavailable import database_unavailable
 
 Item = TypeVar("Item")
 Result = TypeVar("Result")
@@ -81,8 +83,9 @@ class Batcher(Generic[Item, Result]):
             async with self._store.transaction() as conn:
                 results = await self._write(conn, [item for item, _ in batch])
         except Exception as exc:
-            if len(batch) == 1:
-                _settle(batch[0][1], exc)
+            if len(batch) == 1 or database_unavailable(exc):  # no item's fault: each would wait for it again
+                for _, future in batch:
+                    _settle(future, exc)
                 return
             logger.debug("a batch of %d failed (%s); writing its items one by one", len(batch), type(exc).__name__)
             for entry in batch:
