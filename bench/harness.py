@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import os
 import re
 import shutil
 import subprocess
@@ -109,6 +110,7 @@ async def _admin(sql: str) -> None:
 @contextlib.contextmanager
 def database(backend: str, directory: Path) -> Iterator[str]:
     """A fresh, empty database URL of ``backend`` (sqlite or postgresql), dropped afterwards."""
+    os.sync()  # nor the kernel's write-back of an earlier run's files
     if backend == "sqlite":
         yield f"sqlite:///{directory / 'bench.db'}"
         return
@@ -116,6 +118,9 @@ def database(backend: str, directory: Path) -> Iterator[str]:
         raise SystemExit(f"unknown backend {backend!r}: sqlite or postgresql")
     name = f"agw_bench_{uuid.uuid4().hex[:10]}"
     asyncio.run(_admin(f"CREATE DATABASE {name}"))
+    # An earlier run's bulk writes (a 1,000,000-Decision log) would otherwise still be
+    # written out by PostgreSQL's checkpointer, spread over minutes, during this one.
+    asyncio.run(_admin("CHECKPOINT"))
     try:
         yield POSTGRES_ADMIN.rsplit("/", 1)[0] + f"/{name}"
     finally:
