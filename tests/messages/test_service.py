@@ -165,6 +165,8 @@ async def test_a_lost_race_raises_and_the_transaction_stores_nothing(store: Stor
 
 async def test_append_many_writes_drafts_in_order_answering_refusals_in_their_place(store: Store) -> None:
     alice, bob = await admit(store), await admit(store)
+    async with store.transaction() as conn:
+        await service.send(conn, alice, "a0")
     nobody = str(uuid.uuid4())
     drafts = [
         service.Draft(bob, "inbound", "b1"),
@@ -182,13 +184,13 @@ async def test_append_many_writes_drafts_in_order_answering_refusals_in_their_pl
     written = [recorded[i] for i in (0, 1, 4, 6)]
     assert [(m.user_id, m.seq, m.direction, m.text) for m in written] == [  # type: ignore[union-attr]
         (bob, 1, "inbound", "b1"),
-        (alice, 1, "outbound", "a1"),
-        (alice, 2, "inbound", "a2"),
+        (alice, 2, "outbound", "a1"),
+        (alice, 3, "inbound", "a2"),
         (bob, 2, "outbound", "b2"),
     ]
     # One Signal per inbound Message, in the order of the Messages.
     assert [signal["payload"] for signal in await stored_signals(store)] == [written[0].to_json(), written[2].to_json()]  # type: ignore[union-attr]
-    assert len(await stored_messages(store)) == 4
+    assert len(await stored_messages(store)) == 5
 
 
 async def test_a_writer_numbers_concurrent_messages_of_many_users(store: Store) -> None:

@@ -79,26 +79,21 @@ async def append_many(conn: AsyncConnection, drafts: Sequence[Draft]) -> list[Me
     """
     refused: list[errors.GatewayError | None] = [_refusal(draft.text) for draft in drafts]
     await queries.lock_logs(conn, user_ids=sorted({draft.user_id for draft in drafts}))
+    now = clock.now_iso()
+    rows = [
+        (str(uuid.uuid4()), draft.user_id, draft.direction, draft.text, now)
+        for draft, refusal in zip(drafts, refused, strict=True)
+        if refusal is None
+    ]
+    appended = iter(await queries.append_many(conn, rows))
     recorded: list[Message | errors.GatewayError] = []
-    received: list[dict[str, object]] = []
-    for draft, refusal in zip(drafts, refused, strict=True):
+    for refusal in refused:
         if refusal is not None:
             recorded.append(refusal)
             continue
-        message = await queries.append(
-            conn,
-            id=str(uuid.uuid4()),
-            user_id=draft.user_id,
-            direction=draft.direction,
-            text=draft.text,
-            created_at=clock.now_iso(),
-        )
-        if message is None:
-            recorded.append(UserNotFound())
-            continue
-        if draft.direction == INBOUND:
-            received.append(message.to_json())
-        recorded.append(message)
+        message = next(appended)
+        recorded.append(UserNotFound() if message is None else message)
+    received = [m.to_json() for m in recorded if isinstance(m, Message) and m.direction == INBOUND]
     if received:
         await signals.emit_many(conn, RECEIVED, received)
     return recorded

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agent_gateway import errors
@@ -112,6 +113,50 @@ async def append(
             raise LostRace() from exc
         raise
     return None if seq is None else Message(id, user_id, direction, seq, text, created_at)
+
+
+# On PostgreSQL one statement numbers a whole batch: each row is one past its User's
+# largest seq as the statement found it, plus its place among that User's rows here.
+_ARRAYS = ("ids", "user_ids", "directions", "texts", "created_ats")
+_APPEND_MANY_POSTGRES = sa.text(
+    "INSERT INTO messages (id, user_id, direction, seq, text, created_at) "
+    "SELECT d.id, u.id, d.direction, "
+    "coalesce((SELECT max(m.seq) FROM messages AS m WHERE m.user_id = u.id), 0) "
+    "+ row_number() OVER (PARTITION BY u.id ORDER BY d.n), d.text, d.created_at "
+    "FROM unnest(:ids, :user_ids, :directions, :texts, :created_ats) "
+    "WITH ORDINALITY AS d(id, user_id, direction, text, created_at, n) "
+    "JOIN users AS u ON u.id = d.user_id "
+    "RETURNING id, seq"
+).bindparams(*(sa.bindparam(name, type_=postgresql.ARRAY(sa.Text)) for name in _ARRAYS))
+
+
+async def append_many(conn: AsyncConnection, rows: Sequence[tuple[str, str, str, str, str]]) -> list[Message | None]:
+    """:func:`append` for each of ``rows`` (``id, user_id, direction, text, created_at``), in order.
+
+    Returns, in their places, the Messages and None for rows of a User nobody
+    holds. A User's rows are numbered in the order given. SQLite appends them
+    one statement each (statements cost it no round trip); PostgreSQL with one.
+    """
+    if conn.dialect.name != "postgresql":
+        appended = []
+        for id, user_id, direction, text, created_at in rows:
+            appended.append(
+                await append(conn, id=id, user_id=user_id, direction=direction, text=text, created_at=created_at)
+            )
+        return appended
+    if not rows:
+        return []
+    columns = {name: list(values) for name, values in zip(_ARRAYS, zip(*rows), strict=True)}
+    try:
+        numbered = dict((await conn.execute(_APPEND_MANY_POSTGRES, columns)).all())
+    except sa.exc.IntegrityError as exc:
+        if _is_lost_race(exc):
+            raise LostRace() from exc
+        raise
+    return [
+        Message(id, user_id, direction, numbered[id], text, created_at) if id in numbered else None
+        for id, user_id, direction, text, created_at in rows
+    ]
 
 
 def _is_lost_race(exc: sa.exc.IntegrityError) -> bool:
