@@ -107,6 +107,7 @@ class Gateway:
             self.public_app,
             settings.max_body_bytes,
             {
+                ("GET", "/users/me"): auth_routes.fast_read_me,
                 ("POST", "/messages"): messages_routes.fast_receive,
                 ("GET", "/messages"): messages_routes.fast_read_own_log,
                 ("GET", "/decisions"): decisions_routes.fast_read_public,

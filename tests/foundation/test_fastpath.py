@@ -248,3 +248,12 @@ async def test_reading_a_users_log(agent: httpx.AsyncClient, user_and_token, que
     for text in ("a", "b", "c"):
         await agent.post("/messages", json={"userId": user_id, "text": text})
     assert_same_answer(*await get_both(agent, "/messages", query.format(user=user_id, USER=user_id.upper())))
+
+
+@pytest.mark.parametrize("query", ["", "x=1"])
+async def test_reading_oneself(public: httpx.AsyncClient, user_and_token, query: str) -> None:
+    _, headers = user_and_token
+    fast, routed = await get_both(public, "/users/me", query, headers)
+    assert_same_answer(fast, routed)
+    assert fast.status_code == (200 if not query else 400)
+    assert_same_answer(*await get_both(public, "/users/me", query, {"Authorization": "Bearer nobody"}))

@@ -6,11 +6,14 @@ from typing import Annotated, Any
 
 from fastapi import Body, Depends, Request
 from starlette.responses import Response
+from starlette.types import Scope
 from pydantic import BaseModel, ConfigDict, Field
 
+from agent_gateway import jsontext
 from agent_gateway.auth import service, tokens
 from agent_gateway.auth.schemes import Authenticated, authenticated
 from agent_gateway.http import params
+from agent_gateway.http.fastpath import Answer
 from agent_gateway.http.app import router as new_router
 from agent_gateway.http.routing import error_responses, json_response, no_content
 from agent_gateway.users.routes import UserOut
@@ -112,3 +115,11 @@ async def revoke_current_token(request: Request, auth: Auth) -> Response:
 )
 async def read_me(auth: Auth) -> Any:
     return json_response(auth.user.to_json())
+
+
+async def fast_read_me(scope: Scope, query: dict[str, str]) -> Answer | None:
+    """``GET /users/me`` with no query, on the fast path (``http.fastpath``)."""
+    if query:
+        return None
+    caller = await authenticated(Request(scope))
+    return 200, jsontext.dumps(caller.user.to_json())
