@@ -12,7 +12,8 @@ from sqlalchemy import exc as sa_exc
 from agent_gateway import config
 from agent_gateway.gateway import Gateway
 from agent_gateway.signatures import keys
-from agent_gateway.store import engine, leadership, unavailable
+from agent_gateway.store import engine, leadership
+from agent_gateway.store.unavailable import database_unavailable
 from agent_gateway.store.engine import Store
 
 
@@ -141,8 +142,8 @@ def test_every_way_a_postgresql_restart_shows_itself_is_unavailable_not_a_bug() 
         ConnectionRefusedError(),
     ]
     for exc in unavailable:
-        assert unavailable.database_unavailable(exc), exc
-        assert unavailable.database_unavailable(wrapped(exc)), exc
+        assert database_unavailable(exc), exc
+        assert database_unavailable(wrapped(exc)), exc
     for bug in (asyncpg.exceptions.UndefinedTableError("no such table"), ValueError("a bug")):
-        assert not unavailable.database_unavailable(bug)
-        assert not unavailable.database_unavailable(wrapped(bug))
+        assert not database_unavailable(bug)
+        assert not database_unavailable(wrapped(bug))
