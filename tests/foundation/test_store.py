@@ -353,3 +353,14 @@ async def test_direct_reads_on_postgresql_use_generic_plans(store: Store) -> Non
     # A custom plan per execution costs more as a log grows (see store.direct).
     [(mode,)] = await store.fetch(direct.Query(sa.text("SELECT current_setting('plan_cache_mode')")))
     assert mode == "force_generic_plan"
+
+
+async def test_a_failed_statements_error_does_not_carry_its_values(store: Store) -> None:
+    secret = "a Statement that must never reach a log"
+    insert = tables.decisions.insert().values(seq=1, statement=f'"{secret}"', jws="x.y.z", created_at=clock.now_iso())
+    async with store.transaction() as conn:
+        await conn.execute(insert)
+    with pytest.raises(sa.exc.IntegrityError) as raised:
+        async with store.transaction() as conn:
+            await conn.execute(insert)  # the same number again
+    assert secret not in str(raised.value)

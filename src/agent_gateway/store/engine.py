@@ -58,6 +58,9 @@ def create_engine(url: str) -> AsyncEngine:
         pool_reset_on_return=None,
         # No pre-ping (a round trip per request): a connection found dead fails its one
         # request with a 503 and makes the pool replace every connection older than it.
+        # A failed statement's error, which may be logged, must not carry its values
+        # (Statement text, digests).
+        hide_parameters=True,
         **options,
     )
     if url.startswith("sqlite"):
