@@ -3,7 +3,8 @@
     python -m bench.signals [--backend sqlite|postgresql|both] [--latency-samples N] [--drain N] [--command-drain N]
 
 All in one process on a fresh database (``harness.database``): the worker of a
-started ``Gateway`` with a Handler that makes one Prompt per Signal.
+started ``Gateway`` with a Handler that makes one Prompt per Signal, on uvloop's event
+loop as in ``serve``.
 
 - latency: emit one Signal, wait for its Run to reach the runtime, repeat. The
   time from the emitting transaction's commit to the runtime being called
@@ -25,6 +26,7 @@ import time
 from pathlib import Path
 
 import sqlalchemy as sa
+import uvloop
 
 from agent_gateway import config
 from agent_gateway.gateway import Gateway
@@ -129,7 +131,7 @@ def bench(backend: str, samples: int, drained: int, command_drained: int) -> Non
         directory = Path(tmp)
         with harness.database(backend, directory) as url:
             asyncio.run(migrate.upgrade_url(url))
-            delays = asyncio.run(latency(url, directory / "ws", samples))
+            delays = uvloop.run(latency(url, directory / "ws", samples))
         print(
             f"{backend:<10} emit-commit → Run start ({samples} Signals, one at a time): "
             f"p50 {statistics.median(delays):.2f} ms  p90 {percentile(delays, 90):.2f} ms  "
@@ -143,7 +145,7 @@ def bench(backend: str, samples: int, drained: int, command_drained: int) -> Non
             directory = Path(tmp)
             with harness.database(backend, directory) as url:
                 asyncio.run(migrate.upgrade_url(url))
-                rate = asyncio.run(drain(url, directory / "ws", count, command))
+                rate = uvloop.run(drain(url, directory / "ws", count, command))
         print(f"{backend:<10} drained, {label}: {rate:,.0f} Signals/s ({count} Signals)")
 
 

@@ -154,6 +154,8 @@ def _die_with(gateway_pid: int):  # type: ignore[no-untyped-def]
 async def _feed(stdin: asyncio.StreamWriter, prompt: bytes) -> None:
     """Write the Prompt and close stdin; a program that does not read it is not an error."""
     with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+        if stdin.is_closing():  # the program has gone; uvloop (serve's loop) raises RuntimeError on a write
+            return
         stdin.write(prompt)
         await stdin.drain()
         stdin.close()
