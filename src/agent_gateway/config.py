@@ -94,6 +94,11 @@ class Settings:
     scheduler_agent_routes: bool = True
     max_body_bytes: int = 1024 * 1024
     http_workers: int = 1
+    max_header_bytes: int = 64 * 1024
+    header_timeout_ms: int = 10_000
+    idle_timeout_ms: int = 5_000
+    public_max_connections: int = 10_000
+    agent_max_connections: int = 1_000
     runtime_command: tuple[str, ...] | None = None
     runtime_workdir: Path | None = None
     handlers: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
@@ -221,6 +226,11 @@ _KEYS = (
     _Key(("scheduler", "agent_routes"), "scheduler_agent_routes", _bool),
     _Key(("http", "max_body_bytes"), "max_body_bytes", _positive_int),
     _Key(("http", "workers"), "http_workers", lambda v: _int(v, maximum=64)),
+    _Key(("http", "max_header_bytes"), "max_header_bytes", lambda v: _int(v, minimum=1024)),
+    _Key(("http", "header_timeout_ms"), "header_timeout_ms", lambda v: _int(v, maximum=TIMER_CEILING_MS)),
+    _Key(("http", "idle_timeout_ms"), "idle_timeout_ms", lambda v: _int(v, maximum=TIMER_CEILING_MS)),
+    _Key(("public", "max_connections"), "public_max_connections", _positive_int),
+    _Key(("agent", "max_connections"), "agent_max_connections", _positive_int),
     _Key(("runtime", "command"), "runtime_command", _command),
     _Key(("runtime", "workdir"), "runtime_workdir", _str, is_path=True),
     _Key(("handlers",), "handlers", _handlers),
@@ -292,7 +302,8 @@ def load(
         try:
             value = key.parse(raw)
         except ValueError as exc:
-            raise SettingsError(f"{key.dotted} ({source}): {exc}") from None
+            where = key.dotted if source == key.dotted else f"{key.dotted} ({source})"
+            raise SettingsError(f"{where}: {exc}") from None
         if key.is_path:
             value = base / value
         if key.field.startswith("scrypt."):
@@ -300,6 +311,8 @@ def load(
         else:
             values[key.field] = value
 
+    if not path and not values:
+        raise SettingsError(f"no configuration: pass --config or set {CONFIG_ENV}")
     if "token_ttl_ms" not in values:
         raise SettingsError(
             "auth.token_ttl_ms (AGENT_GATEWAY_AUTH_TOKEN_TTL_MS): required, "

@@ -29,6 +29,7 @@ from starlette.types import ASGIApp
 from agent_gateway import errors
 from agent_gateway.config import Address, Settings
 from agent_gateway.gateway import Gateway
+from agent_gateway.http import connections
 from agent_gateway.store import migrate
 from agent_gateway.store.engine import Store
 
@@ -37,19 +38,24 @@ logger = logging.getLogger(__name__)
 PR_SET_PDEATHSIG = 1
 
 
-def run(settings: Settings, roles: frozenset[str]) -> None:
-    """Serve ``roles`` until SIGINT or SIGTERM (blocking)."""
+def run(settings: Settings, roles: frozenset[str], *, force: bool = False) -> None:
+    """Serve ``roles`` until SIGINT or SIGTERM (blocking), creating or upgrading the schema
+    first (``force``: even in a database that has other tables and no gateway schema)."""
     # Built first: a setting it cannot use (the signing key, a Handler template) stops
     # serve before anything is bound or forked.
     gateway = Gateway(settings, roles)
+    migrate.create_sqlite_file(settings.database_url)
     store = Store(settings.database_url)
     with sqlite_lock(store):
-        if not asyncio.run(_is_current(store)):
+        found = asyncio.run(_schema(store))
+        found.require_migratable(force)
+        if not found.is_current:
             _migrate_in_child(settings.database_url)
         sockets = _bind(settings) if "api" in roles else {}
-        children = [_fork_http_worker(settings, sockets) for _ in range(settings.http_workers - 1)] if sockets else []
+        caps = _connection_budget(settings) if sockets else None
+        children = [_fork_http_worker(settings, sockets, caps) for _ in range(settings.http_workers - 1)] if caps else []
         try:
-            _run_loop(_serve(gateway, sockets))
+            _run_loop(_serve(gateway, sockets, caps))
         finally:
             for pid in children:
                 with contextlib.suppress(ProcessLookupError):
@@ -59,9 +65,9 @@ def run(settings: Settings, roles: frozenset[str]) -> None:
                     os.waitpid(pid, 0)
 
 
-async def _is_current(store: Store) -> bool:
+async def _schema(store: Store) -> migrate.Schema:
     try:
-        return await migrate.is_current(store.engine)
+        return await migrate.schema(store.engine)
     finally:
         await store.close()
 
@@ -83,6 +89,14 @@ def _migrate_in_child(url: str) -> None:
         raise errors.GatewayError("the database could not be migrated; nothing was started")
 
 
+def _connection_budget(settings: Settings) -> connections.Budget:
+    """Raise the descriptor limit and cap each server within it (forked HTTP processes inherit both)."""
+    descriptors = connections.raise_descriptor_limit()
+    budget = connections.budget(descriptors, settings.public_max_connections, settings.agent_max_connections)
+    logger.info(budget.describe(settings.public_max_connections, settings.agent_max_connections))
+    return budget
+
+
 def _bind(settings: Settings) -> dict[str, socket.socket]:
     return {"public": _listen(settings.public_listen), "agent": _listen(settings.agent_listen)}
 
@@ -101,7 +115,7 @@ def _listen(address: Address) -> socket.socket:
     return sock
 
 
-def _fork_http_worker(settings: Settings, sockets: dict[str, socket.socket]) -> int:
+def _fork_http_worker(settings: Settings, sockets: dict[str, socket.socket], caps: connections.Budget) -> int:
     pid = os.fork()
     if pid:
         return pid
@@ -109,7 +123,7 @@ def _fork_http_worker(settings: Settings, sockets: dict[str, socket.socket]) -> 
     try:
         # Die with the main process, however it ends.
         ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-        _run_loop(_serve(Gateway(settings, frozenset({"api"})), sockets, main=False))
+        _run_loop(_serve(Gateway(settings, frozenset({"api"})), sockets, caps, main=False))
     except BaseException:
         logger.exception("HTTP worker %d failed", os.getpid())
         code = 1
@@ -128,7 +142,9 @@ def _run_loop(main: Coroutine[Any, Any, None]) -> None:
         uvloop.run(main)
 
 
-async def _serve(gateway: Gateway, sockets: dict[str, socket.socket], *, main: bool = True) -> None:
+async def _serve(
+    gateway: Gateway, sockets: dict[str, socket.socket], caps: connections.Budget | None, *, main: bool = True
+) -> None:
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -139,8 +155,8 @@ async def _serve(gateway: Gateway, sockets: dict[str, socket.socket], *, main: b
     gc.collect()
     gc.freeze()
     try:
-        if sockets:
-            await _serve_http(gateway, sockets, stopping, announce=main)
+        if caps is not None:
+            await _serve_http(gateway, sockets, caps, stopping, announce=main)
         else:
             logger.info("serving no HTTP (roles: %s)", ", ".join(sorted(gateway.roles)))
             await stopping.wait()
@@ -150,10 +166,18 @@ async def _serve(gateway: Gateway, sockets: dict[str, socket.socket], *, main: b
 
 
 async def _serve_http(
-    gateway: Gateway, sockets: dict[str, socket.socket], stopping: asyncio.Event, *, announce: bool
+    gateway: Gateway,
+    sockets: dict[str, socket.socket],
+    caps: connections.Budget,
+    stopping: asyncio.Event,
+    *,
+    announce: bool,
 ) -> None:
     settings = gateway.settings
-    servers = [_Server(gateway.public_asgi), _Server(gateway.agent_asgi)]
+    servers = [
+        _Server(gateway.public_asgi, settings, caps.public),
+        _Server(gateway.agent_asgi, settings, caps.agent),
+    ]
     tasks = [
         asyncio.create_task(servers[0].serve(sockets=[sockets["public"]]), name="public server"),
         asyncio.create_task(servers[1].serve(sockets=[sockets["agent"]]), name="agent server"),
@@ -184,18 +208,36 @@ async def _serve_http(
 
 
 class _Server(uvicorn.Server):
-    """A uvicorn server on a socket bound beforehand, leaving signals to ``_serve``."""
+    """A uvicorn server on a socket bound beforehand, leaving signals to ``_serve``, with the
+    connection limits of ``http.connections`` (the protocol, and a sweep once a second)."""
 
-    def __init__(self, app: ASGIApp) -> None:
-        # No proxy-header rewriting: nothing here reads the client's address.
+    def __init__(self, app: ASGIApp, settings: Settings, max_connections: int) -> None:
+        limits = connections.Limits(
+            max_connections=max_connections,
+            header_timeout_s=settings.header_timeout_ms / 1000,
+            max_header_bytes=settings.max_header_bytes,
+        )
         super().__init__(
             uvicorn.Config(
-                app, lifespan="off", access_log=False, log_config=None, server_header=False, proxy_headers=False
+                connections.guard(app),
+                http=connections.Protocol.factory(limits),
+                ws="none",  # no route is a WebSocket; an Upgrade is served as plain HTTP
+                timeout_keep_alive=settings.idle_timeout_ms / 1000,  # type: ignore[arg-type]
+                lifespan="off",
+                access_log=False,
+                log_config=None,
+                server_header=False,
+                proxy_headers=False,  # nothing here reads the client's address
             )
         )
 
     def capture_signals(self):  # type: ignore[no-untyped-def, override]
         return contextlib.nullcontext()
+
+    async def on_tick(self, counter: int) -> bool:
+        if counter % 10 == 0:  # ticks are 0.1 s apart
+            connections.sweep(self.server_state.connections, asyncio.get_running_loop().time())
+        return await super().on_tick(counter)
 
 
 @contextlib.contextmanager

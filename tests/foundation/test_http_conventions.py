@@ -378,12 +378,28 @@ async def test_a_json_body_at_the_limit_is_accepted(probe: httpx.AsyncClient) ->
 
 @pytest.mark.parametrize(
     "content_type",
-    ["application/json", "application/json; charset=utf-8", "Application/JSON", "application/merge-patch+json"],
+    [
+        "application/json",
+        "application/json; charset=utf-8",
+        "application/json; charset=UTF-8",
+        "application/json;charset=\"utf-8\"",
+        "Application/JSON",
+        "application/merge-patch+json",
+    ],
 )
 async def test_json_content_types(probe: httpx.AsyncClient, content_type: str) -> None:
     response = await probe.post("/items", content=b'{"text": "\\u00e9 ok"}', headers={"content-type": content_type})
     assert response.status_code == 201
     assert response.json() == {"text": "é ok"}
+
+
+@pytest.mark.parametrize(
+    "content_type",
+    ["application/json; charset=klingon", "application/json; charset=latin-1", "application/json; charset=utf-16"],
+)
+async def test_a_json_body_in_another_charset_is_415(probe: httpx.AsyncClient, content_type: str) -> None:
+    response = await probe.post("/items", content=b'{"text": "x"}', headers={"content-type": content_type})
+    assert_error(response, 415)
 
 
 @pytest.mark.parametrize(

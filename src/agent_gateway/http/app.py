@@ -55,6 +55,9 @@ def create_app(title: str, description: str, routers: Iterable[APIRouter], max_b
         openapi_url=None,
         docs_url=None,
         redoc_url=None,
+        # A redirect would answer a path no route has with a Location built from the
+        # client's Host header; such paths are 404 like any other.
+        redirect_slashes=False,
     )
     for included in routers:
         app.include_router(included)

@@ -57,7 +57,11 @@ def _is_json(content_type: str | None) -> bool:
     header = email.message.Message()
     header["content-type"] = content_type
     subtype = header.get_content_subtype()
-    return header.get_content_maintype() == "application" and (subtype == "json" or subtype.endswith("+json"))
+    if header.get_content_maintype() != "application" or not (subtype == "json" or subtype.endswith("+json")):
+        return False
+    # JSON is UTF-8 (RFC 8259 §8.1); a body declared in another charset would be misread.
+    charset = header.get_param("charset")
+    return charset is None or (isinstance(charset, str) and charset.lower() in ("utf-8", "utf8"))
 
 
 async def _parse_body(request: Request) -> None:

@@ -1,0 +1,246 @@
+"""What each server does at the connection level, below the apps: limits, timeouts, error bodies.
+
+uvicorn's httptools protocol, extended (the right depth: no route can get these
+wrong). uvicorn closes an idle keep-alive connection after a while, but nothing
+else: a connection that never sends a request, or sends its headers one line
+every few seconds, stays open for ever, any number of them, until the process
+has no descriptor left and both servers reset every request. So each
+:class:`Protocol`:
+
+- refuses a connection past its server's cap (``503`` with the JSON error
+  body, then closed) without reading it;
+- closes a connection whose request headers are not complete within
+  ``header_timeout_s`` of the connection opening or of the previous response
+  (a sweep once a second, run by the server, finds them: no timer per request);
+- answers ``431`` to request headers over ``max_header_bytes`` (counted while
+  they arrive, so a 10 MB header is never buffered), ``400`` to HTTP/1.1
+  without exactly one ``Host`` (RFC 9112 §3.2), and a JSON body to what the
+  parser refuses (``Content-Length`` with ``Transfer-Encoding``, ...), where
+  uvicorn answers ``text/plain``.
+
+:func:`budget` turns the settings and the process's descriptor limit into each
+server's cap; :func:`guard` makes an app's unhandled failure a JSON ``500``
+rather than uvicorn's ``text/plain`` one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+import resource
+from collections.abc import Iterable
+from http import HTTPStatus
+from typing import Any
+
+import orjson
+from starlette.types import ASGIApp, Receive, Scope, Send
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from agent_gateway.http import errors as http_errors
+
+logger = logging.getLogger(__name__)
+
+# Descriptors neither server may take: the database pools (SQLite keeps up to 20
+# connections, each with its file and WAL; PostgreSQL up to 21 sockets), the agent
+# processes' pipes, the listeners, log files and the interpreter's own.
+RESERVED_DESCRIPTORS = 256
+# When descriptors are short, the Agent server may take at most this share of what is
+# left: it serves one agent, the Public server serves every User.
+AGENT_SHARE = 4
+
+
+@dataclasses.dataclass(frozen=True)
+class Limits:
+    """One server's connection limits."""
+
+    max_connections: int
+    header_timeout_s: float
+    max_header_bytes: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Budget:
+    """The caps :func:`budget` chose, and why (for the start-up log line)."""
+
+    descriptors: int
+    public: int
+    agent: int
+
+    def describe(self, wanted_public: int, wanted_agent: int) -> str:
+        caps = []
+        for name, cap, wanted in (("Public", self.public, wanted_public), ("Agent", self.agent, wanted_agent)):
+            note = "" if cap == wanted else f" (asked for {wanted}, more than the descriptors allow)"
+            caps.append(f"{name} server up to {cap} connections{note}")
+        return f"{self.descriptors} file descriptors: {', '.join(caps)}, {RESERVED_DESCRIPTORS} kept in reserve"
+
+
+def raise_descriptor_limit() -> int:
+    """Raise this process's soft ``RLIMIT_NOFILE`` to the hard limit; return the new limit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError):
+            logger.warning("could not raise the file descriptor limit from %d to %d", soft, target)
+    return soft
+
+
+def budget(descriptors: int, public: int, agent: int) -> Budget:
+    """Each server's cap: what the settings ask, or less when the process cannot hold it.
+
+    The servers together never take more than ``descriptors - RESERVED_DESCRIPTORS``,
+    so a flood of one server cannot starve the other, the database or the agent.
+    """
+    available = max(descriptors - RESERVED_DESCRIPTORS, 2)
+    if public + agent <= available:
+        return Budget(descriptors, public, agent)
+    agent_cap = max(min(agent, available // AGENT_SHARE), 1)
+    return Budget(descriptors, max(min(public, available - agent_cap), 1), agent_cap)
+
+
+def error_bytes(status: int, message: str) -> bytes:
+    """A whole HTTP/1.1 response with the JSON error body, closing the connection."""
+    body = orjson.dumps({"statusCode": status, "error": HTTPStatus(status).phrase, "message": message})
+    head = (
+        f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\n"
+        "content-type: application/json\r\n"
+        f"content-length: {len(body)}\r\n"
+        "connection: close\r\n\r\n"
+    )
+    return head.encode("ascii") + body
+
+
+class Protocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with :class:`Limits` and JSON error bodies (module doc)."""
+
+    def __init__(self, *args: Any, limits: Limits, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.limits = limits
+        # Bytes received towards the next request's headers; None while a request's
+        # headers are complete and its body or response is under way.
+        self.header_bytes: int | None = 0
+        self.waiting_since = 0.0
+
+    @classmethod
+    def factory(cls, limits: Limits) -> Any:
+        """What uvicorn's ``Config(http=...)`` takes: it calls it as it would the class."""
+        return functools.partial(cls, limits=limits)
+
+    def connection_made(self, transport: Any) -> None:  # type: ignore[override]
+        if len(self.connections) >= self.limits.max_connections:
+            # Refused unread, so a flood costs no parsing; connection_lost needs the transport.
+            self.transport = transport
+            transport.write(error_bytes(503, "the server is at its connection limit; retry later"))
+            transport.close()
+            return
+        super().connection_made(transport)
+        self.waiting_since = self.loop.time()
+
+    def data_received(self, data: bytes) -> None:
+        if self.header_bytes is not None:
+            self.header_bytes += len(data)
+        super().data_received(data)
+        if (
+            self.header_bytes is not None
+            and self.header_bytes > self.limits.max_header_bytes
+            and not self.transport.is_closing()
+        ):
+            self._refuse_now(431, f"request headers are over {self.limits.max_header_bytes} bytes")
+
+    def send_400_response(self, msg: str) -> None:
+        self._refuse_now(400, "malformed HTTP request")
+
+    def _unsupported_upgrade_warning(self) -> None:
+        pass  # the request is served as plain HTTP/1.1; two log lines per request a client chose are noise
+
+    def on_headers_complete(self) -> None:
+        self.header_bytes = None
+        problem = self._problem()
+        if problem is None:
+            super().on_headers_complete()
+            return
+        # Answered through a request cycle like any other, so a response still under
+        # way on this connection (pipelining) is not interleaved with this one.
+        app, self.app = self.app, _refusal(*problem)
+        try:
+            super().on_headers_complete()
+        finally:
+            self.app = app
+        self.cycle.keep_alive = False
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        self.header_bytes = 0
+        self.waiting_since = self.loop.time()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if self.header_bytes is not None:
+            # The next request's headers are due from now: a long response (a stream)
+            # did not use up their time.
+            self.waiting_since = self.loop.time()
+
+    def expire(self, now: float) -> None:
+        """Close the connection if its request headers are overdue (the server's sweep calls this)."""
+        busy = self.cycle is not None and not self.cycle.response_complete
+        if (
+            self.header_bytes is not None
+            and not busy
+            and now - self.waiting_since > self.limits.header_timeout_s
+            and not self.transport.is_closing()
+        ):
+            self.transport.close()
+
+    def _problem(self) -> tuple[int, str] | None:
+        size = len(self.url) + sum(len(name) + len(value) + 4 for name, value in self.headers)
+        if size > self.limits.max_header_bytes:
+            return 431, f"request headers are over {self.limits.max_header_bytes} bytes"
+        if self.parser.get_http_version() == "1.1":
+            hosts = sum(1 for name, _ in self.headers if name == b"host")
+            if hosts != 1:
+                return 400, "an HTTP/1.1 request needs exactly one Host header"
+        return None
+
+    def _refuse_now(self, status: int, message: str) -> None:
+        """Answer and close at once; while a response is under way, only close."""
+        if self.cycle is None or self.cycle.response_complete:
+            self.transport.write(error_bytes(status, message))
+        self.transport.close()
+
+
+def sweep(connections: Iterable[Any], now: float) -> None:
+    for connection in list(connections):
+        if isinstance(connection, Protocol):
+            connection.expire(now)
+
+
+def _refusal(status: int, message: str) -> ASGIApp:
+    async def refuse(scope: Scope, receive: Receive, send: Send) -> None:
+        await http_errors.error_response(status, message, {"Connection": "close"})(scope, receive, send)
+
+    return refuse
+
+
+def guard(app: ASGIApp) -> ASGIApp:
+    """``app``, whose unhandled failure before answering is a JSON 500, not uvicorn's text."""
+
+    async def guarded(scope: Scope, receive: Receive, send: Send) -> None:
+        started = False
+
+        async def tracking_send(message: Any) -> None:
+            nonlocal started
+            started = True
+            await send(message)
+
+        try:
+            await app(scope, receive, tracking_send)
+        except Exception:
+            logger.exception("internal error", extra={"action": "internal_error"})
+            if started:
+                raise
+            await http_errors.error_response(500, "internal error")(scope, receive, send)
+
+    return guarded
