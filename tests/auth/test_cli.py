@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import httpx
@@ -11,7 +12,8 @@ from typer.testing import CliRunner
 
 from agent_gateway.cli.main import app
 
-from tests.served import ServedGateway
+from tests.served import ServedGateway, cli_env, run_cli
+from tests.terminal import Terminal
 
 UNKNOWN_ID = "0b1c2d3e-4f50-4a6b-8c7d-9e0f1a2b3c4d"
 
@@ -98,28 +100,41 @@ def test_set_password_refuses_stdin_that_is_not_utf8(served_gateway: ServedGatew
         env=cli_env(served_gateway.config, served_gateway.env),
         input=b"\xff\xfe",
         capture_output=True,
-        timeout=60,
+        timeout=600,
     )
     assert result.returncode == 1
     assert result.stderr == b"agent-gateway: error: the password on stdin is not UTF-8 text\n"
 
 
-def test_set_password_at_a_prompt_asks_twice(tmp_path: Path, database_url: str):
+def test_set_password_at_a_prompt_asks_twice(tmp_path: Path, database_url: str, request: pytest.FixtureRequest):
     config = tmp_path / "gateway.toml"
     config.write_text(
         f'[database]\nurl = "{database_url}"\n[auth]\ntoken_ttl_ms = 60000\nscrypt = {{ logN = 4 }}\n'
     )
+    assert run_cli("migrate", config=config).returncode == 0
     runner = CliRunner()
     added = runner.invoke(app, ["users", "add", "--config", str(config)])
     assert added.exit_code == 0, added.output
     user_id = orjson.loads(added.stdout)["id"]
 
-    mismatch = runner.invoke(app, ["users", "set-password", user_id, "--config", str(config)], input="one\ntwo\n")
-    assert mismatch.exit_code != 0
-    typed = runner.invoke(
-        app, ["users", "set-password", user_id, "--config", str(config)], input="typed secret\ntyped secret\n"
-    )
-    assert typed.exit_code == 0, typed.output
+    def at_a_terminal(first: str, second: str) -> Terminal:
+        terminal = Terminal(
+            [sys.executable, "-m", "agent_gateway", "users", "set-password", user_id], env=cli_env(config)
+        )
+        request.addfinalizer(terminal.close)
+        terminal.expect("New password:")
+        terminal.send(first)
+        terminal.expect("Repeat for confirmation:")
+        terminal.send(second)
+        return terminal
+
+    mismatch = at_a_terminal("one", "two")
+    mismatch.expect("Error: The two entered values do not match.")
+    mismatch.process.kill()
+
+    typed = at_a_terminal("typed secret", "typed secret")
+    assert typed.wait() == 0, typed.output
+    assert f"password set for User {user_id}" in typed.output
     assert "typed secret" not in typed.output  # the prompt hides what is typed
 
     issued = runner.invoke(app, ["tokens", "issue", user_id, "--config", str(config)])

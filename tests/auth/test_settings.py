@@ -24,6 +24,11 @@ def test_defaults():
 
 def test_the_token_lifetime_is_required():
     with pytest.raises(config.SettingsError, match="auth.token_ttl_ms"):
+        config.load(None, {"AGENT_GATEWAY_DATABASE_URL": "sqlite:///gateway.db"})
+
+
+def test_no_configuration_at_all_says_so():
+    with pytest.raises(config.SettingsError, match="no configuration: pass --config or set AGENT_GATEWAY_CONFIG"):
         config.load(None, {})
 
 

@@ -188,10 +188,12 @@ def test_a_bad_config_is_one_clear_line(tmp_path: Path) -> None:
 
 def test_the_config_option_wins_over_the_environment(tmp_path: Path) -> None:
     deployment.write(tmp_path / "d")
-    result = run_cli("users", "list", "--config", str(tmp_path / "d" / "gateway.toml"), config=tmp_path / "absent.toml")
+    option = ("--config", str(tmp_path / "d" / "gateway.toml"))
+    assert run_cli("migrate", *option, config=tmp_path / "absent.toml").returncode == 0
+    assert (tmp_path / "d" / "gateway.db").exists()  # relative to the config file, not the working folder
+    result = run_cli("users", "list", *option, config=tmp_path / "absent.toml")
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout) == []
-    assert (tmp_path / "d" / "gateway.db").exists()  # relative to the config file, not the working folder
 
 
 # --- --help everywhere -----------------------------------------------------------

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
+import sqlalchemy as sa
 import typer
+from sqlalchemy import exc as sa_exc
 
 from agent_gateway import config, errors, jsontext
 from agent_gateway.store import migrate as migrations
@@ -49,18 +51,56 @@ def parse_json(text: str, what: str) -> Any:
 
 
 def with_store(config_path: Path | None, work: Callable[[Store], Awaitable[T]]) -> T:
-    """Run ``work`` on a migrated store; a gateway error becomes one line and exit 1."""
+    """Run ``work`` on the deployment's database, which must hold the current gateway schema.
+
+    Only ``migrate`` and ``serve`` create or upgrade a schema: any other command on a
+    missing, empty or older database says to run ``agent-gateway migrate`` and changes
+    nothing (on SQLite, not even a new empty file). Failures are one line, exit 1.
+    """
     settings = load_settings(config_path)
+    url = settings.database_url
+    database = sa.make_url(url).database
+    if url.startswith("sqlite") and database and database != ":memory:" and not Path(database).exists():
+        raise fail(f"database.url {masked(url)}: no database file at {database}: {migrations.RUN_MIGRATE}")
 
     async def run() -> T:
-        store = Store(settings.database_url)
+        store = Store(url)
         try:
-            await migrations.upgrade(store.engine)
+            (await migrations.schema(store.engine)).require_current()
             return await work(store)
         finally:
             await store.close()
 
+    return on_database(url, run())
+
+
+def on_database(url: str, work: Coroutine[Any, Any, T]) -> T:
+    """Run ``work``; a database that cannot be reached or used, or any gateway error, is one line."""
     try:
-        return asyncio.run(run())
-    except errors.GatewayError as exc:
-        raise fail(exc.message) from None
+        return asyncio.run(work)
+    except Exception as exc:
+        problem = database_problem(exc)
+        if problem is not None:
+            raise fail(f"database.url {masked(url)}: {problem}") from None
+        if isinstance(exc, errors.GatewayError):
+            raise fail(exc.message) from None
+        raise
+
+
+def database_problem(exc: BaseException) -> str | None:
+    """What went wrong with the database, in one line; None when ``exc`` is not about it."""
+    if isinstance(exc, migrations.DatabaseProblem):
+        return exc.message
+    if isinstance(exc, (OSError, asyncio.TimeoutError)):
+        return f"cannot connect: {getattr(exc, 'strerror', None) or exc or 'timed out'}"
+    if isinstance(exc, sa_exc.DBAPIError):
+        return f"{exc.orig}".strip() or type(exc.orig).__name__
+    return None
+
+
+def masked(url: str) -> str:
+    """``url`` with its password shown as ``***``."""
+    try:
+        return sa.make_url(url).render_as_string(hide_password=True)
+    except sa_exc.ArgumentError:
+        return url

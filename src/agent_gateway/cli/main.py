@@ -8,6 +8,7 @@ with one line on error.
 
 from __future__ import annotations
 
+import importlib.metadata
 import logging
 import sys
 from pathlib import Path
@@ -15,11 +16,24 @@ from typing import Annotated
 
 import typer
 
+try:  # Typer 0.2x carries its own copy of click, whose exceptions these are
+    from typer._click import exceptions as click_errors
+except ImportError:  # pragma: no cover - an older Typer on the real click
+    from click import exceptions as click_errors
+
 from agent_gateway import config, deployment, errors
-from agent_gateway.cli import keys, schedules, sign, tokens, users
-from agent_gateway.cli.common import ConfigOption, fail, load_settings, with_store
+from agent_gateway.cli import common, keys, schedules, sign, tokens, users
+from agent_gateway.cli.common import ConfigOption, fail, load_settings, masked, on_database, with_store
+from agent_gateway.store import migrate as migrations
 from agent_gateway.store.engine import Store
 from agent_gateway.store.users import User
+
+ForceOption = Annotated[
+    bool,
+    typer.Option(
+        "--force", help="add the gateway's tables to a database that has other tables and no gateway schema"
+    ),
+]
 
 app = typer.Typer(
     name="agent-gateway",
@@ -69,6 +83,7 @@ def init(
         async def admit(store: Store) -> tuple[User, str]:
             return await deployment.admit_demo_user(store, settings.scrypt)
 
+        _migrate(settings.database_url)  # a new deployment's database
         user, password = with_store(config_file, admit)
         typer.echo(f"wrote {deployment.write_demo_user(directory, user, password)}")
         typer.echo(demo_instructions(settings.public_listen, user.id, password))
@@ -97,8 +112,11 @@ def serve(
             "Worker), scheduler (the Scheduler); repeat or comma-separate to combine",
         ),
     ] = None,
+    force: ForceOption = False,
 ) -> None:
-    """Run the gateway until SIGINT or SIGTERM: both HTTP servers and the loops, or the given roles."""
+    """Run the gateway until SIGINT or SIGTERM: both HTTP servers and the loops, or the given roles.
+
+    Creates or upgrades the database schema first, as migrate does."""
     from agent_gateway import serving
     from agent_gateway.gateway import ROLES
 
@@ -110,21 +128,66 @@ def serve(
     settings = load_settings(config_path)
     configure_logging(settings.log_level)
     try:
-        serving.run(settings, frozenset(roles))
-    except (errors.GatewayError, OSError, config.SettingsError) as exc:
-        raise fail(str(exc)) from None
+        serving.run(settings, frozenset(roles), force=force)
+    except Exception as exc:
+        problem = common.database_problem(exc)
+        if problem is not None:
+            raise fail(f"database.url {masked(settings.database_url)}: {problem}") from None
+        if isinstance(exc, (errors.GatewayError, OSError, config.SettingsError)):
+            raise fail(str(exc)) from None
+        raise
 
 
 @app.command()
-def migrate(config_path: ConfigOption = None) -> None:
-    """Apply the database migrations (serve also applies them at start)."""
+def migrate(config_path: ConfigOption = None, force: ForceOption = False) -> None:
+    """Create the database schema, or upgrade it to this version's (serve does it too).
 
-    async def nothing(store: object) -> None:
-        return None
+    Refuses a database that has other tables and no gateway schema, unless --force."""
+    typer.echo(_migrate(load_settings(config_path).database_url, force=force))
 
-    with_store(config_path, nothing)
-    typer.echo("database is up to date")
+
+def _migrate(url: str, *, force: bool = False) -> str:
+    async def run() -> str:
+        migrations.create_sqlite_file(url)
+        store = Store(url)
+        try:
+            return await migrations.migrate(store.engine, force=force)
+        finally:
+            await store.close()
+
+    return on_database(url, run())
+
+
+def _print_version(asked: bool) -> None:
+    if asked:
+        typer.echo(f"agent-gateway {importlib.metadata.version('agent-gateway')}")
+        raise typer.Exit()
+
+
+@app.callback(no_args_is_help=True)
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option("--version", help="print the version and exit", is_eager=True, callback=_print_version),
+    ] = False,
+) -> None:
+    """A gateway between one shared AI agent and the people it serves."""
 
 
 def main() -> None:
-    app()
+    """The console script: click's usage errors become one line (exit 2), as every error is."""
+    try:
+        code = app(standalone_mode=False)
+    except click_errors.NoArgsIsHelpError as exc:
+        typer.echo(exc.ctx.get_help() if exc.ctx else str(exc), err=True)
+        code = 2
+    except click_errors.UsageError as exc:
+        typer.echo(f"agent-gateway: error: {' '.join(exc.format_message().split())}", err=True)
+        code = 2
+    except click_errors.ClickException as exc:
+        typer.echo(f"agent-gateway: error: {' '.join(exc.format_message().split())}", err=True)
+        code = exc.exit_code
+    except typer.Abort:
+        typer.echo("agent-gateway: error: aborted", err=True)
+        code = 130
+    sys.exit(code if isinstance(code, int) else 0)

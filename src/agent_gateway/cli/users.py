@@ -83,6 +83,9 @@ def set_attributes(
 def read_password(from_stdin: bool) -> str:
     """The new password: all of stdin (less one final newline), or typed twice at a hidden prompt."""
     if not from_stdin:
+        if not sys.stdin.isatty():
+            # getpass would warn and read the pipe with echo on; a script means --password-stdin.
+            raise fail("stdin is not a terminal: pass --password-stdin to read the password from it")
         return typer.prompt("New password", hide_input=True, confirmation_prompt=True)
     try:
         text = sys.stdin.buffer.read().decode("utf-8")
