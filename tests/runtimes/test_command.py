@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import shutil
 import stat
@@ -90,6 +91,32 @@ async def test_a_program_killed_by_a_signal_says_so(agent_program: AgentProgram)
     assert failed.value.message == "the agent program was killed by signal SIGKILL (9); stderr was empty"
 
 
+async def test_a_failed_run_is_logged_as_a_warning_naming_the_program(
+    agent_program: AgentProgram, caplog: pytest.LogCaptureFixture
+) -> None:
+    argv = agent_program.command("fail")
+    with caplog.at_level(logging.INFO, logger="agent_gateway"), pytest.raises(RunFailed):
+        await CommandRuntime(argv, agent_server_url=URL).run(a_run())
+    [record] = [r for r in caplog.records if r.name == "agent_gateway.runtimes.command"]
+    assert record.levelno == logging.WARNING
+    assert record.getMessage() == (
+        f"Run {record.args[0]} failed: the agent program exited with status 3 (program {argv[0]})"
+    )
+    assert "something went wrong" not in caplog.text  # the stderr tail stays in the Run
+
+
+async def test_a_program_that_cannot_be_started_is_logged_with_its_path(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    missing = str(tmp_path / "missing")
+    with caplog.at_level(logging.INFO, logger="agent_gateway"), pytest.raises(RunFailed):
+        await CommandRuntime([missing], agent_server_url=URL).run(a_run())
+    [record] = [r for r in caplog.records if r.name == "agent_gateway.runtimes.command"]
+    assert record.levelno == logging.WARNING
+    assert "could not be started: [Errno 2] No such file or directory" in record.getMessage()
+    assert record.getMessage().endswith(f"(program {missing})")
+
+
 async def test_a_program_that_cannot_be_executed_fails_the_run_clearly(tmp_path: Path) -> None:
     script = tmp_path / "agent.sh"
     script.write_text("#!/bin/sh\nexit 0\n")
@@ -151,7 +178,7 @@ async def test_cancelling_a_run_while_the_program_starts_stops_it_all(monkeypatc
     await asyncio.sleep(0)  # inside create_subprocess_exec, before the process is handed back
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
-        await asyncio.wait_for(task, 30)
+        await asyncio.wait_for(task, 300)
     for _ in range(500):
         if not _processes_with(marker):
             return

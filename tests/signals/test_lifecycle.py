@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 import stat
 from pathlib import Path
 
 import httpx
+import pytest
 
 from agent_gateway.signals.handlers import Prompt
 from agent_gateway.store.signals import Signal
@@ -39,11 +41,12 @@ async def test_an_agent_that_exits_0_ends_its_run_and_signal_done(
 
 
 async def test_an_agent_that_exits_3_fails_its_run_and_signal_with_stderr(
-    make_gateway: GatewayFactory, agent_program: AgentProgram
+    make_gateway: GatewayFactory, agent_program: AgentProgram, caplog: pytest.LogCaptureFixture
 ) -> None:
     gateway = await make_gateway(runtime_command=agent_program.command("fail"), handlers=TABLES)
-    signal_id = await emit(gateway.store, "task", {"what": "x", "who": "y"})
-    await finished(gateway.store, signal_id)
+    with caplog.at_level(logging.INFO, logger="agent_gateway"):
+        signal_id = await emit(gateway.store, "task", {"what": "x", "who": "y"})
+        await finished(gateway.store, signal_id)
     agent = httpx.AsyncClient(transport=httpx.ASGITransport(app=gateway.agent_app), base_url="http://agent")
 
     [run] = (await agent.get("/runs", params={"signalId": signal_id})).json()["runs"]
@@ -53,6 +56,11 @@ async def test_an_agent_that_exits_3_fails_its_run_and_signal_with_stderr(
     assert signal["state"] == "failed"
     assert signal["error"] == f"Run {run['id']} (session y) failed: {expected}"
     await agent.aclose()
+    # The operator sees it at WARNING: the program and what happened, then the Run's end.
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    program = agent_program.command("fail")[0]
+    assert f"Run {run['id']} failed: the agent program exited with status 3 (program {program})" in warnings
+    assert f"Run {run['id']} failed (Signal {signal_id}, session y)" in warnings
 
 
 async def test_an_agent_that_cannot_be_executed_fails_the_run_not_the_worker(

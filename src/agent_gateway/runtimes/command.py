@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import logging
 import os
 import re
 import signal
@@ -36,6 +37,8 @@ _PLACEHOLDER = re.compile(r"\{(session|run_id|signal_id)\}")
 _ENV_PREFIX = "AGENT_GATEWAY_"
 PR_SET_PDEATHSIG = 1
 _LIBC = ctypes.CDLL(None)
+
+logger = logging.getLogger(__name__)
 
 
 class CommandRuntime:
@@ -61,6 +64,18 @@ class CommandRuntime:
 
     async def run(self, run: Run) -> None:
         """Run the agent program for ``run``; raise :class:`RunFailed` unless it exits 0."""
+        try:
+            await self._run(run)
+        except RunFailed as failed:
+            # The operator's first clue: which program, and what happened to it. Only the
+            # first line: the stderr tail is the agent's own text and stays in the Run.
+            reason = failed.message.split("\n", 1)[0].removesuffix("; stderr ends with:")
+            logger.warning(
+                "Run %s failed: %s (program %s)", run.id, reason, self.argv[0], extra={"action": "run_failed"}
+            )
+            raise
+
+    async def _run(self, run: Run) -> None:
         if self.workdir is not None:
             try:
                 self.workdir.mkdir(parents=True, exist_ok=True)

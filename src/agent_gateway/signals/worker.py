@@ -220,7 +220,8 @@ class Worker:
                     claimed = await signal_queries.claim_oldest(conn)
         if step.ended is not None:
             ended, error = step.ended
-            logger.info(
+            logger.log(
+                logging.INFO if error is None else logging.WARNING,
                 "Run %s %s (Signal %s, session %s)", ended.id, "done" if error is None else "failed", signal.id,
                 ended.session, extra={"action": "end_run"},
             )
