@@ -39,7 +39,7 @@ def _postgres_dsn(database: str) -> str:
 
 
 async def admin(sql: str) -> None:
-    conn = await asyncpg.connect(POSTGRES_URL, timeout=5)
+    conn = await asyncpg.connect(POSTGRES_URL, timeout=60)
     try:
         await conn.execute(sql)
     finally:

@@ -19,7 +19,7 @@ from tests import served
 
 pytestmark = pytest.mark.e2e
 
-ANSWER_DEADLINE_S = 30  # generous for a loaded CI machine; the time taken is printed
+ANSWER_DEADLINE_S = 300  # a ceiling for a broken build; the time taken is printed
 
 
 async def test_a_newcomer_logs_in_posts_and_reads_the_agents_answer(tmp_path: Path, database_url: str) -> None:
@@ -40,7 +40,7 @@ async def test_a_newcomer_logs_in_posts_and_reads_the_agents_answer(tmp_path: Pa
 
     gateway = served.ServedGateway.spawn(directory, env)
     try:
-        async with httpx.AsyncClient(base_url=gateway.public_url, timeout=10) as client:
+        async with httpx.AsyncClient(base_url=gateway.public_url, timeout=120) as client:
             login = await client.post("/auth/tokens", json=credentials)
             assert login.status_code == 201, login.text
             assert login.json()["user"]["id"] == credentials["user"]

@@ -30,8 +30,8 @@ def assert_released(url: str) -> None:
 
 def test_both_servers_answer_then_sigterm_is_a_clean_exit(served_gateway: served.ServedGateway) -> None:
     gateway = served_gateway
-    agent = httpx.get(f"{gateway.agent_url}/openapi.json", timeout=10)
-    public = httpx.get(f"{gateway.public_url}/openapi.json", timeout=10)
+    agent = httpx.get(f"{gateway.agent_url}/openapi.json", timeout=120)
+    public = httpx.get(f"{gateway.public_url}/openapi.json", timeout=120)
     assert agent.status_code == public.status_code == 200
     assert agent.json()["info"]["title"] == "agent-gateway: Agent server"
     assert public.json()["info"]["title"] == "agent-gateway: Public server"
@@ -40,13 +40,13 @@ def test_both_servers_answer_then_sigterm_is_a_clean_exit(served_gateway: served
     assert "uvloop/loop." in Path(f"/proc/{gateway.process.pid}/maps").read_text()
 
     user = gateway.cli_json("users", "add")
-    response = httpx.get(f"{gateway.agent_url}/users/{user['id']}", timeout=10)
+    response = httpx.get(f"{gateway.agent_url}/users/{user['id']}", timeout=120)
     assert response.status_code == 200 and response.json() == user
-    assert httpx.get(f"{gateway.agent_url}/users", timeout=10).json() == {"users": [user]}
+    assert httpx.get(f"{gateway.agent_url}/users", timeout=120).json() == {"users": [user]}
     # The conventions hold over real sockets too.
-    refused = httpx.get(f"{gateway.agent_url}/users", params={"page": "2"}, timeout=10)
+    refused = httpx.get(f"{gateway.agent_url}/users", params={"page": "2"}, timeout=120)
     assert refused.status_code == 400 and set(refused.json()) == {"statusCode", "error", "message"}
-    missing = httpx.get(f"{gateway.public_url}/users/{user['id']}", timeout=10)
+    missing = httpx.get(f"{gateway.public_url}/users/{user['id']}", timeout=120)
     assert missing.status_code == 404 and missing.json()["error"] == "Not Found"
 
     assert gateway.stop(signal.SIGTERM) == 0
@@ -68,7 +68,7 @@ def sqlite_url(tmp_path: Path) -> str:
 def test_an_agent_server_off_loopback_is_warned_about_and_sigint_stops(tmp_path: Path, sqlite_url: str) -> None:
     listen = f"0.0.0.0:{served.free_port()}"
     with served.ServedGateway.start(tmp_path / "d", sqlite_url, {"AGENT_GATEWAY_AGENT_LISTEN": listen}) as gateway:
-        assert httpx.get(f"{gateway.agent_url}/users", timeout=10).status_code == 200
+        assert httpx.get(f"{gateway.agent_url}/users", timeout=120).status_code == 200
         assert gateway.stop(signal.SIGINT) == 0
     warnings = [line for line in gateway.output().splitlines() if "WARNING" in line and "not loopback" in line]
     assert len(warnings) == 1 and listen in warnings[0], gateway.output()

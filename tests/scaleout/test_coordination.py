@@ -17,7 +17,7 @@ from agent_gateway.store.unavailable import database_unavailable
 from agent_gateway.store.engine import Store
 
 
-async def _until(predicate, timeout: float = 10.0) -> None:
+async def _until(predicate, timeout: float = 120.0) -> None:
     deadline = asyncio.get_running_loop().time() + timeout
     while not predicate():
         assert asyncio.get_running_loop().time() < deadline, "condition not reached in time"
@@ -99,7 +99,7 @@ async def test_one_leader_at_a_time_and_a_standby_takes_over(database_url: str) 
         await _until(lambda: leading == [1 - first])
         assert not overlaps
         released[1 - first].set()
-        await asyncio.wait_for(tasks[1 - first], 5)
+        await asyncio.wait_for(tasks[1 - first], 120)
     finally:
         for task in tasks:
             task.cancel()

@@ -15,7 +15,7 @@ from tests import served
 
 pytestmark = pytest.mark.e2e
 
-DEADLINE_S = 30
+DEADLINE_S = 300
 
 
 def _deployment(directory: Path, database_url: str) -> dict[str, str]:
@@ -42,7 +42,7 @@ def test_a_second_serve_on_one_sqlite_file_is_refused(tmp_path: Path, database_u
         assert line.startswith("agent-gateway: error: another agent-gateway serve is already running on ")
         assert "PostgreSQL" in line
         # The first one is untouched and still serves.
-        assert httpx.get(f"{first.agent_url}/users", timeout=10).status_code == 200
+        assert httpx.get(f"{first.agent_url}/users", timeout=120).status_code == 200
 
 
 @pytest.mark.parametrize("role", ["bogus", "api,bogus", ","])
@@ -64,7 +64,7 @@ async def test_api_and_worker_processes_split_the_work(tmp_path: Path, database_
         user = api.cli_json("users", "add")["id"]
         token = api.cli_json("tokens", "issue", user)["token"]
         auth = {"Authorization": f"Bearer {token}"}
-        async with httpx.AsyncClient(timeout=10) as client:
+        async with httpx.AsyncClient(timeout=120) as client:
             sent = await client.post(f"{api.public_url}/messages", json={"text": "anyone there?"}, headers=auth)
             assert sent.status_code == 201
             [signal] = (await client.get(f"{api.agent_url}/signals")).json()["signals"]
@@ -79,6 +79,7 @@ async def test_api_and_worker_processes_split_the_work(tmp_path: Path, database_
                     env=served.cli_env(api.config, env),
                     stdout=out,
                     stderr=subprocess.STDOUT,
+                    start_new_session=True,
                 )
             deadline = time.monotonic() + DEADLINE_S
             state = "pending"
@@ -91,7 +92,6 @@ async def test_api_and_worker_processes_split_the_work(tmp_path: Path, database_
         assert [m["text"] for m in answer["messages"]] == ["echo: anyone there?"]
         assert "serving no HTTP (roles: worker)" in log.read_text()
     finally:
-        if worker is not None:
-            worker.terminate()
-            assert worker.wait(15) == 0
+        worker_status = served.stop_process(worker) if worker is not None else 0
         assert api.stop() == 0
+    assert worker_status == 0

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.e2e
 
 # Only a wake-up can make the fire prompt: the timer's own sweep is an hour away.
 ENV = {"AGENT_GATEWAY_SCHEDULER_MAX_SLEEP_MS": "3600000"}
-PATIENCE_S = 20
+PATIENCE_S = 300
 
 
 @pytest.fixture
@@ -48,7 +48,7 @@ async def wait_for_fires(database_url: str, count: int) -> list[dict[str, Any]]:
 async def test_a_once_schedule_fires_through_a_running_gateway(
     gateway: served.ServedGateway, database_url: str
 ) -> None:
-    at = clock.format_instant(clock.now() + timedelta(seconds=1.5))
+    at = clock.format_instant(clock.now() + timedelta(seconds=5))
     async with httpx.AsyncClient(base_url=gateway.agent_url) as agent:
         response = await agent.put(
             "/schedules/e2e-once", json={"spec": {"kind": "once", "at": at}, "data": {"hello": "world"}}
