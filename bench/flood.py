@@ -12,12 +12,9 @@ whether both servers answer afterwards. Loopback only; bounded counts and times.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import resource
-import socket
 import statistics
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -25,6 +22,7 @@ import httpx
 
 from bench.harness import database
 from tests import served
+from tests.flood import Flood
 
 CEILING_S = 120
 
@@ -48,59 +46,16 @@ def summary(taken: list[float]) -> str:
 
 def flood(gateway: served.ServedGateway, idle: int, slow: int) -> None:
     host, port = gateway.public_url.removeprefix("http://").rsplit(":", 1)
-    sockets: list[socket.socket] = []
-    stop = threading.Event()
     started = time.monotonic()
-    try:
-        for _ in range(idle + slow):
-            sock = socket.socket()
-            sock.setblocking(False)
-            with contextlib.suppress(BlockingIOError):
-                sock.connect((host, int(port)))
-            sockets.append(sock)
-        slowloris = sockets[idle:]
-
-        def send_slowly() -> None:
-            for sock in slowloris:
-                with contextlib.suppress(OSError):
-                    sock.send(b"GET / HTTP/1.1\r\nHost: x\r\n")
-            while not stop.wait(5):
-                for sock in slowloris:
-                    with contextlib.suppress(OSError):
-                        sock.send(b"X-Slow: y\r\n")
-
-        sender = threading.Thread(target=send_slowly, daemon=True)
-        sender.start()
+    with Flood(host, int(port), idle=idle, slow=slow, interval_s=5) as connections:
         print(f"flood of {idle} idle + {slow} slowloris connections opened in {time.monotonic() - started:.1f} s")
-        during = latencies(gateway.agent_url, 500)
-        print(f"Agent server during the flood: {summary(during)}")
-        open_ = list(sockets)
-        while open_ and time.monotonic() - started < CEILING_S:
-            still = []
-            for sock in open_:
-                try:
-                    if sock.recv(65536) == b"":
-                        continue
-                except BlockingIOError:
-                    still.append(sock)
-                    continue
-                except OSError:
-                    continue
-                still.append(sock)
-            open_ = still
-            time.sleep(0.1)
-        closed_after = time.monotonic() - started
-        stop.set()
-        sender.join()
+        print(f"Agent server during the flood: {summary(latencies(gateway.agent_url, 500))}")
+        left = connections.wait_closed(CEILING_S)
         print(
-            f"flood closed by the server {closed_after:.1f} s after it began"
-            if not open_
-            else f"{len(open_)} flood connections still open after {CEILING_S} s"
+            f"flood closed by the server {time.monotonic() - started:.1f} s after it began"
+            if not left
+            else f"{left} flood connections still open after {CEILING_S} s"
         )
-    finally:
-        stop.set()
-        for sock in sockets:
-            sock.close()
 
 
 def main() -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import resource
 import socket
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +18,7 @@ import orjson
 import pytest
 
 from tests import served
+from tests.flood import Flood
 
 pytestmark = pytest.mark.e2e
 
@@ -215,9 +215,6 @@ def test_a_flood_of_the_public_server_leaves_the_agent_server_answering(tmp_path
     if hard < 4_000:
         pytest.skip(f"the test itself needs 4,000 descriptors (hard limit {hard})")
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    env = {"AGENT_GATEWAY_HTTP_HEADER_TIMEOUT_MS": "2000"}
-    flood: list[socket.socket] = []
-    stop = threading.Event()
     try:
         with contextlib.ExitStack() as stack:
             init = served.run_cli("init", str(tmp_path / "d"), config=tmp_path / "d" / "gateway.toml")
@@ -226,61 +223,21 @@ def test_a_flood_of_the_public_server_leaves_the_agent_server_answering(tmp_path
                 "AGENT_GATEWAY_DATABASE_URL": database_url,
                 "AGENT_GATEWAY_PUBLIC_LISTEN": f"127.0.0.1:{served.free_port()}",
                 "AGENT_GATEWAY_AGENT_LISTEN": f"127.0.0.1:{served.free_port()}",
-                **env,
+                "AGENT_GATEWAY_HTTP_HEADER_TIMEOUT_MS": "2000",
             }
             gateway = served.ServedGateway.spawn(tmp_path / "d", extra, descriptors=1024)
             stack.callback(gateway.stop)
             assert "1024 file descriptors" in gateway.output()
             host, port = address(gateway.public_url)
-            for i in range(3_500):
-                sock = socket.socket()
-                sock.setblocking(False)
-                with contextlib.suppress(BlockingIOError):
-                    sock.connect((host, port))
-                flood.append(sock)
-            slow = flood[3_000:]
-
-            def slowloris() -> None:
-                for sock in slow:
-                    with contextlib.suppress(OSError):
-                        sock.send(b"GET / HTTP/1.1\r\nHost: x\r\n")
-                while not stop.wait(0.5):
-                    for sock in slow:
-                        with contextlib.suppress(OSError):
-                            sock.send(b"X-Slow: y\r\n")
-
-            sender = threading.Thread(target=slowloris, daemon=True)
-            sender.start()
-            stack.callback(sender.join)
-            stack.callback(stop.set)
+            flood = stack.enter_context(Flood(host, port, idle=3_000, slow=500, interval_s=0.5))
             with httpx.Client(base_url=gateway.agent_url, timeout=CEILING_S) as agent:
                 for _ in range(50):
                     assert agent.get("/decisions").status_code == 200
                     time.sleep(0.05)
-            # The server closes every one of them (an accepted one by its timeout, one past
-            # the cap at once; ones still in the backlog when accepted).
-            deadline = time.monotonic() + CEILING_S
-            open_ = list(flood)
-            while open_ and time.monotonic() < deadline:
-                still = []
-                for sock in open_:
-                    try:
-                        if sock.recv(65536) == b"":
-                            continue
-                    except BlockingIOError:
-                        still.append(sock)
-                        continue
-                    except OSError:
-                        continue
-                    still.append(sock)  # a 503 was read; its close follows
-                open_ = still
-                time.sleep(0.2)
-            assert not open_, f"{len(open_)} flood connections still open"
-            stop.set()
+            left = flood.wait_closed(CEILING_S)
+            assert not left, f"{left} flood connections still open"
+            flood.close()
             assert httpx.get(f"{gateway.agent_url}/decisions", timeout=CEILING_S).status_code == 200
             assert httpx.get(f"{gateway.public_url}/jwks.json", timeout=CEILING_S).status_code == 200
     finally:
-        stop.set()
-        for sock in flood:
-            sock.close()
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
