@@ -67,24 +67,13 @@ def main() -> None:
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # this client holds the flood
     with tempfile.TemporaryDirectory(prefix="agw-bench-") as tmp, database(options.backend, Path(tmp)) as url:
-        directory = Path(tmp) / "deployment"
-        init = served.run_cli("init", str(directory), config=directory / "gateway.toml")
-        assert init.returncode == 0, init.stderr
-        env = {
-            "AGENT_GATEWAY_DATABASE_URL": url,
-            "AGENT_GATEWAY_PUBLIC_LISTEN": f"127.0.0.1:{served.free_port()}",
-            "AGENT_GATEWAY_AGENT_LISTEN": f"127.0.0.1:{served.free_port()}",
-        }
-        gateway = served.ServedGateway.spawn(directory, env, descriptors=1024)
-        try:
+        with served.ServedGateway.start(Path(tmp) / "deployment", url, descriptors=1024) as gateway:
             print(next(line for line in gateway.output().splitlines() if "file descriptors" in line))
             print(f"Agent server before the flood: {summary(latencies(gateway.agent_url, 200))}")
             flood(gateway, options.idle, options.slow)
             print(f"Agent server after the flood: {summary(latencies(gateway.agent_url, 200))}")
             public = httpx.get(f"{gateway.public_url}/jwks.json", timeout=CEILING_S).status_code
             print(f"Public server after the flood: GET /jwks.json {public}")
-        finally:
-            gateway.stop()
 
 
 if __name__ == "__main__":

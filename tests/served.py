@@ -60,7 +60,9 @@ class ServedGateway:
 
     @classmethod
     @contextlib.contextmanager
-    def start(cls, directory: Path, database_url: str, env: dict[str, str] | None = None) -> Iterator[ServedGateway]:
+    def start(
+        cls, directory: Path, database_url: str, env: dict[str, str] | None = None, *, descriptors: int | None = None
+    ) -> Iterator[ServedGateway]:
         result = run_cli("init", str(directory), config=directory / "gateway.toml")
         assert result.returncode == 0, result.stderr
         extra = {
@@ -70,7 +72,7 @@ class ServedGateway:
             "AGENT_GATEWAY_AUTH_SCRYPT_LOGN": "10",
             **(env or {}),
         }
-        gateway = cls.spawn(directory, extra)
+        gateway = cls.spawn(directory, extra, descriptors=descriptors)
         try:
             yield gateway
         finally:

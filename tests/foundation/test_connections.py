@@ -217,16 +217,11 @@ def test_a_flood_of_the_public_server_leaves_the_agent_server_answering(tmp_path
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     try:
         with contextlib.ExitStack() as stack:
-            init = served.run_cli("init", str(tmp_path / "d"), config=tmp_path / "d" / "gateway.toml")
-            assert init.returncode == 0, init.stderr
-            extra = {
-                "AGENT_GATEWAY_DATABASE_URL": database_url,
-                "AGENT_GATEWAY_PUBLIC_LISTEN": f"127.0.0.1:{served.free_port()}",
-                "AGENT_GATEWAY_AGENT_LISTEN": f"127.0.0.1:{served.free_port()}",
-                "AGENT_GATEWAY_HTTP_HEADER_TIMEOUT_MS": "2000",
-            }
-            gateway = served.ServedGateway.spawn(tmp_path / "d", extra, descriptors=1024)
-            stack.callback(gateway.stop)
+            gateway = stack.enter_context(
+                served.ServedGateway.start(
+                    tmp_path / "d", database_url, {"AGENT_GATEWAY_HTTP_HEADER_TIMEOUT_MS": "2000"}, descriptors=1024
+                )
+            )
             assert "1024 file descriptors" in gateway.output()
             host, port = address(gateway.public_url)
             flood = stack.enter_context(Flood(host, port, idle=3_000, slow=500, interval_s=0.5))
