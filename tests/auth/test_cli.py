@@ -122,9 +122,11 @@ def test_set_password_at_a_prompt_asks_twice(tmp_path: Path, database_url: str, 
             [sys.executable, "-m", "agent_gateway", "users", "set-password", user_id], env=cli_env(config)
         )
         request.addfinalizer(terminal.close)
-        terminal.expect("New password:")
+        # click writes "New password:" and getpass then the space, once it has turned echo off
+        # and flushed the terminal's input: typing before the space could be thrown away.
+        terminal.expect("New password: ")
         terminal.send(first)
-        terminal.expect("Repeat for confirmation:")
+        terminal.expect("Repeat for confirmation: ")
         terminal.send(second)
         return terminal
 
