@@ -22,7 +22,7 @@ except ImportError:  # pragma: no cover - an older Typer on the real click
     from click import exceptions as click_errors
 
 from agent_gateway import config, deployment, errors
-from agent_gateway.cli import common, keys, schedules, sign, tokens, users
+from agent_gateway.cli import common, keys, logs, schedules, sign, signals, tokens, users
 from agent_gateway.cli.common import ConfigOption, fail, load_settings, masked, on_database, with_store
 from agent_gateway.store import migrate as migrations
 from agent_gateway.store.engine import Store
@@ -46,6 +46,10 @@ app.add_typer(users.app, name="users")
 app.add_typer(tokens.app, name="tokens")
 app.add_typer(schedules.app, name="schedules")
 app.add_typer(keys.app, name="keys")
+app.add_typer(signals.signals_app, name="signals")
+app.add_typer(signals.runs_app, name="runs")
+app.add_typer(logs.messages_app, name="messages")
+app.add_typer(logs.decisions_app, name="decisions")
 app.command("sign")(sign.sign)
 app.command("verify")(sign.verify)
 
