@@ -21,6 +21,7 @@ from agent_gateway.runtimes import runtime as runtimes
 from agent_gateway.scheduler import routes as scheduler_routes
 from agent_gateway.scheduler.timer import Timer
 from agent_gateway.signals import handlers as signal_handlers
+from agent_gateway.signals import retention
 from agent_gateway.signals import routes as signals_routes
 from agent_gateway.signals.worker import Worker
 from agent_gateway.signatures import routes as signatures_routes
@@ -85,6 +86,12 @@ class Gateway:
         self.schedule_timer = (
             Timer(self.store, max_sleep_ms=settings.scheduler_max_sleep_ms) if "scheduler" in roles else None
         )
+        # retention.signals_max_age: the Scheduler role prunes ended Signals once an hour.
+        self.pruner = (
+            retention.Pruner(self.store, settings.retention_signals_max_age)
+            if "scheduler" in roles and settings.retention_signals_max_age is not None
+            else None
+        )
         self.agent_app = self._app("agent-gateway: Agent server", AGENT_DESCRIPTION, agent_routers)
         # What each server runs: the fast path (http.fastpath) in front of the FastAPI app.
         self.agent_asgi = FastPath(
@@ -134,6 +141,8 @@ class Gateway:
             self.store.listen()
         if self.schedule_timer is not None:
             self.schedule_timer.start()
+        if self.pruner is not None:
+            self.pruner.start()
         if "worker" in self.roles:
             # One Signal Worker across the deployment: it works while this process leads.
             self.worker = Worker(self.store, self.handlers, self.runtime)
@@ -144,6 +153,8 @@ class Gateway:
     async def stop(self) -> None:
         if self.schedule_timer is not None:
             await self.schedule_timer.stop()
+        if self.pruner is not None:
+            await self.pruner.stop()
         if self.worker is not None and self._worker_task is not None:
             self.worker.stop()
             if not self.worker.active:

@@ -22,7 +22,7 @@ except ImportError:  # pragma: no cover - an older Typer on the real click
     from click import exceptions as click_errors
 
 from agent_gateway import config, deployment, errors
-from agent_gateway.cli import common, keys, logs, schedules, sign, signals, tokens, users
+from agent_gateway.cli import common, keys, logs, retention, schedules, sign, signals, tokens, users
 from agent_gateway.cli.common import ConfigOption, fail, load_settings, masked, on_database, with_store
 from agent_gateway.store import migrate as migrations
 from agent_gateway.store.engine import Store
@@ -52,6 +52,7 @@ app.add_typer(logs.messages_app, name="messages")
 app.add_typer(logs.decisions_app, name="decisions")
 app.command("sign")(sign.sign)
 app.command("verify")(sign.verify)
+app.command("prune")(retention.prune)
 
 
 def configure_logging(level: str) -> None:
