@@ -102,6 +102,13 @@ async def newest(conn: AsyncConnection, *, limit: int, kind: str | None = None, 
     return [Signal.from_row(row) for row in await conn.execute(query)]
 
 
+async def count_by_state(conn: AsyncConnection) -> dict[str, int]:
+    """How many Signals are in each state, every state named."""
+    query = sa.select(signals.c.state, sa.func.count()).group_by(signals.c.state)
+    counted = dict((await conn.execute(query)).all())
+    return {state: counted.get(state, 0) for state in STATES}
+
+
 async def claim_oldest(conn: AsyncConnection) -> Signal | None:
     """Move the oldest pending Signal to ``processing`` and return it; None when none is pending."""
     row = (await conn.execute(_CLAIM[conn.dialect.name])).first()
