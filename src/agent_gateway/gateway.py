@@ -142,7 +142,17 @@ class Gateway:
 
     def _leads(self) -> bool | None:
         """Whether this process holds the Signal Worker; None when it has no worker role."""
-        return None if self.worker is None and "worker" not in self.roles else bool(self.worker and self.worker.active)
+        return None if "worker" not in self.roles else bool(self.worker and self.worker.active)
+
+    def loops_alive(self) -> dict[str, bool]:
+        """Whether each loop of this process's roles runs: ``worker`` (leading or standing by)
+        and ``scheduler``."""
+        alive = {}
+        if "worker" in self.roles:
+            alive["worker"] = self._worker_task is not None and not self._worker_task.done()
+        if self.schedule_timer is not None:
+            alive["scheduler"] = self.schedule_timer.running
+        return alive
 
     def _app(self, title: str, description: str, routers: list) -> FastAPI:
         app = create_app(title, description, routers, self.settings.max_body_bytes)

@@ -164,3 +164,32 @@ def test_settings(environ: dict[str, str], listen: config.Address | None, log_fo
 def test_bad_settings(key: str, raw: str) -> None:
     with pytest.raises(config.SettingsError, match=key):
         config.load(environ={"AGENT_GATEWAY_AUTH_TOKEN_TTL_MS": "1", key: raw})
+
+
+@pytest.mark.parametrize(
+    ("roles", "checks"),
+    [({"api"}, {"database"}), ({"worker"}, {"database", "worker"}), ({"scheduler"}, {"database", "scheduler"})],
+)
+async def test_readiness_checks_the_loops_of_the_process_roles(
+    settings: config.Settings, roles: set[str], checks: set[str]
+) -> None:
+    gateway = Gateway(settings, frozenset(roles))
+    await gateway.start()
+    try:
+        assert gateway.ops_app is not None
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=gateway.ops_app), base_url="http://ops") as ops:
+            response = await ops.get("/readyz")
+            assert response.status_code == 200
+            assert response.json()["checks"] == dict.fromkeys(checks, "ok")
+            text = await scrape(ops)
+            assert ("agent_gateway_worker_leader" in text) == ("worker" in roles)
+            assert value(text, "agent_gateway_worker_leader") in (0.0, 1.0)
+        if "scheduler" in roles:
+            assert gateway.schedule_timer is not None
+            await gateway.schedule_timer.stop()
+            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=gateway.ops_app), base_url="http://ops") as ops:
+                response = await ops.get("/readyz")
+                assert response.status_code == 503
+                assert response.json()["checks"]["scheduler"] == "the Scheduler loop is not running"
+    finally:
+        await gateway.stop()

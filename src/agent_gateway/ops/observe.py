@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -38,6 +38,8 @@ class Observed:
         self.fast_paths = {path for _, path in fast_routes}
         self.count = count
         self.access_log = access_log
+        # Bounded like the labels: route templates x METHODS and OTHER x statuses.
+        self._series: dict[tuple[str, str, int], tuple[Callable[[], None], Callable[[float], None]]] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -62,10 +64,16 @@ class Observed:
 
     def _record(self, scope: Scope, status: int, sent: int, elapsed: float) -> None:
         route = self.route(scope)
-        method = scope["method"] if scope["method"] in METHODS else "OTHER"
+        method = scope["method"]
+        if method not in METHODS:
+            method = "OTHER"
         if self.count:
-            metrics.http_requests.labels(self.server, route, method, str(status)).inc()
-            metrics.http_request_duration.labels(self.server, route, method).observe(elapsed)
+            series = self._series.get((route, method, status))
+            if series is None:
+                series = self._series[route, method, status] = self._new_series(route, method, status)
+            count, observe = series
+            count()
+            observe(elapsed)
         if self.access_log:
             duration_ms = round(elapsed * 1000, 3)
             access_logger.info(
@@ -76,6 +84,13 @@ class Observed:
                     "status": status, "duration_ms": duration_ms, "bytes": sent,
                 },
             )
+
+    def _new_series(self, route: str, method: str, status: int) -> tuple[Callable[[], None], Callable[[float], None]]:
+        """The counter's and the histogram's children of one label set, looked up once: ``labels()``
+        costs more than counting."""
+        counter = metrics.http_requests.labels(self.server, route, method, str(status))
+        histogram = metrics.http_request_duration.labels(self.server, route, method)
+        return counter.inc, histogram.observe
 
     def route(self, scope: Scope) -> str:
         """The template of the route that answered: FastAPI's (it sets ``scope["route"]``), or the fast path's."""

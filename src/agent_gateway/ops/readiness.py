@@ -19,16 +19,14 @@ if TYPE_CHECKING:
 
 CHECK_TIMEOUT_S = 2.0
 OK = "ok"
+LOOP_NAMES = {"worker": "Signal Worker", "scheduler": "Scheduler"}
 
 
 async def check(gateway: Gateway) -> dict[str, str]:
     """Each check's outcome, ``"ok"`` or why not."""
     checks = {"database": await _bounded(lambda: _database(gateway))}
-    if "worker" in gateway.roles:
-        checks["worker"] = _loop(gateway._worker_task, "the Signal Worker loop")
-    if "scheduler" in gateway.roles:
-        timer = gateway.schedule_timer
-        checks["scheduler"] = _loop(timer._task if timer else None, "the Scheduler loop")
+    for loop, alive in gateway.loops_alive().items():
+        checks[loop] = OK if alive else f"the {LOOP_NAMES[loop]} loop is not running"
     return checks
 
 
@@ -46,9 +44,3 @@ async def _bounded(check: Callable[[], Awaitable[str]]) -> str:
         return f"no answer within {CHECK_TIMEOUT_S:g}s"
     except Exception as exc:  # the database refused or is gone: say which, never a 500
         return f"unavailable: {type(exc).__name__}"
-
-
-def _loop(task: asyncio.Task[None] | None, name: str) -> str:
-    if task is None or task.done():
-        return f"{name} is not running"
-    return OK
