@@ -32,6 +32,8 @@ def cli_env(config: Path, extra: dict[str, str] | None = None) -> dict[str, str]
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENT_GATEWAY_")}
     env["PYTHONPATH"] = str(SRC) + os.pathsep + env.get("PYTHONPATH", "")
     env["AGENT_GATEWAY_CONFIG"] = str(config)
+    # Never the default ops port: tests (and other checkouts' tests) serve side by side.
+    env["AGENT_GATEWAY_OPS_LISTEN"] = f"127.0.0.1:{free_port()}"
     env.update(extra or {})
     return env
 
@@ -57,6 +59,8 @@ class ServedGateway:
         self.log = log
         self.public_url = f"http://{env['AGENT_GATEWAY_PUBLIC_LISTEN']}"
         self.agent_url = f"http://{env['AGENT_GATEWAY_AGENT_LISTEN']}"
+        ops = env.get("AGENT_GATEWAY_OPS_LISTEN")
+        self.ops_url = f"http://{ops}" if ops else None
 
     @classmethod
     @contextlib.contextmanager
@@ -69,6 +73,7 @@ class ServedGateway:
             "AGENT_GATEWAY_DATABASE_URL": database_url,
             "AGENT_GATEWAY_PUBLIC_LISTEN": f"127.0.0.1:{free_port()}",
             "AGENT_GATEWAY_AGENT_LISTEN": f"127.0.0.1:{free_port()}",
+            "AGENT_GATEWAY_OPS_LISTEN": f"127.0.0.1:{free_port()}",
             "AGENT_GATEWAY_AUTH_SCRYPT_LOGN": "10",
             **(env or {}),
         }

@@ -11,6 +11,7 @@ whose one line names the setting and the reason.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import ipaddress
 import os
 import re
@@ -104,6 +105,15 @@ class Settings:
     handlers: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
     signals_setup: str | None = None
     log_level: str = "INFO"
+    # Operating it (issue 16): the ops listener, log format and access log, retention.
+    ops_listen: Address | None = Address("127.0.0.1", 8702)
+    log_format: str = "text"
+    log_access: bool | None = None  # None: on in the json format, off in text
+    retention_signals_max_age: datetime.timedelta | None = None
+
+    @property
+    def access_log(self) -> bool:
+        return self.log_format == "json" if self.log_access is None else self.log_access
 
 
 # --- value parsers: each takes a TOML value or an environment string -------------
@@ -195,6 +205,29 @@ def _log_level(value: Any) -> str:
     return level
 
 
+def _optional_address(value: Any) -> Address | None:
+    """An address, or nothing for an empty string (the listener is off)."""
+    return None if value == "" else _address(value)
+
+
+def _log_format(value: Any) -> str:
+    if value not in ("text", "json"):
+        raise ValueError('must be "text" or "json"')
+    return value
+
+
+_AGE = re.compile(r"([0-9]{1,9})([smhdw])")
+_AGE_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+
+
+def parse_age(value: Any) -> datetime.timedelta:
+    """An age such as ``30d``, ``12h``, ``90m``, ``45s``, ``2w`` or ``0s``; raises ValueError."""
+    match = _AGE.fullmatch(value.strip()) if isinstance(value, str) else None
+    if not match:
+        raise ValueError('must be a whole number and a unit s, m, h, d or w, such as "30d" or "12h"')
+    return datetime.timedelta(**{_AGE_UNITS[match.group(2)]: int(match.group(1))})
+
+
 @dataclasses.dataclass(frozen=True)
 class _Key:
     path: tuple[str, ...]
@@ -236,8 +269,12 @@ _KEYS = (
     _Key(("handlers",), "handlers", _handlers),
     _Key(("signals", "setup"), "signals_setup", _str),
     _Key(("log", "level"), "log_level", _log_level),
+    _Key(("ops", "listen"), "ops_listen", _optional_address),
+    _Key(("log", "format"), "log_format", _log_format),
+    _Key(("log", "access"), "log_access", _bool),
+    _Key(("retention", "signals_max_age"), "retention_signals_max_age", parse_age),
 )
-_KNOWN_TABLES = {"database", "public", "agent", "signing", "auth", "scheduler", "http", "runtime", "handlers", "signals", "log"}
+_KNOWN_TABLES = {"database", "public", "agent", "signing", "auth", "scheduler", "http", "runtime", "handlers", "signals", "log", "ops", "retention"}
 
 
 def _lookup(document: Mapping[str, Any], path: tuple[str, ...]) -> Any:

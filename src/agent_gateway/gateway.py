@@ -6,6 +6,7 @@ import asyncio
 import logging
 
 from fastapi import FastAPI
+from starlette.types import ASGIApp
 
 from agent_gateway.auth import routes as auth_routes
 from agent_gateway.auth.schemes import Scheme
@@ -17,10 +18,14 @@ from agent_gateway.http.app import create_app
 from agent_gateway.http.fastpath import FastPath
 from agent_gateway.messages import routes as messages_routes
 from agent_gateway.messages import service as messages_service
+from agent_gateway.ops import metrics
+from agent_gateway.ops import routes as ops_routes
+from agent_gateway.ops.observe import Observed
 from agent_gateway.runtimes import runtime as runtimes
 from agent_gateway.scheduler import routes as scheduler_routes
 from agent_gateway.scheduler.timer import Timer
 from agent_gateway.signals import handlers as signal_handlers
+from agent_gateway.signals import retention
 from agent_gateway.signals import routes as signals_routes
 from agent_gateway.signals.worker import Worker
 from agent_gateway.signatures import routes as signatures_routes
@@ -85,11 +90,18 @@ class Gateway:
         self.schedule_timer = (
             Timer(self.store, max_sleep_ms=settings.scheduler_max_sleep_ms) if "scheduler" in roles else None
         )
+        # retention.signals_max_age: the Scheduler role prunes ended Signals once an hour.
+        self.pruner = (
+            retention.Pruner(self.store, settings.retention_signals_max_age)
+            if "scheduler" in roles and settings.retention_signals_max_age is not None
+            else None
+        )
         self.agent_app = self._app("agent-gateway: Agent server", AGENT_DESCRIPTION, agent_routers)
-        # What each server runs: the fast path (http.fastpath) in front of the FastAPI app.
-        self.agent_asgi = FastPath(
+        # What each server runs: the fast path (http.fastpath) in front of the FastAPI app,
+        # observed for metrics and the access log (ops.observe) when they are on.
+        self.agent_asgi = self._observed(
+            "agent",
             self.agent_app,
-            settings.max_body_bytes,
             {
                 ("POST", "/sign"): signatures_routes.fast_sign,
                 ("POST", "/decisions"): decisions_routes.fast_publish,
@@ -103,9 +115,9 @@ class Gateway:
             PUBLIC_DESCRIPTION,
             [auth_routes.public, messages_routes.public, signatures_routes.public, decisions_routes.public],
         )
-        self.public_asgi = FastPath(
+        self.public_asgi = self._observed(
+            "public",
             self.public_app,
-            settings.max_body_bytes,
             {
                 ("GET", "/users/me"): auth_routes.fast_read_me,
                 ("POST", "/messages"): messages_routes.fast_receive,
@@ -113,8 +125,34 @@ class Gateway:
                 ("GET", "/decisions"): decisions_routes.fast_read_public,
             },
         )
+        # The ops listener (ops.listen): health, readiness, metrics, read at scrape time from here.
+        self.sampled = metrics.Sampled(self._leads, self.store.pool_usage)
+        self.ops_app = ops_routes.create(self) if settings.ops_listen is not None else None
         if setup is not None:
             setup(self)  # the operator's Python ([signals] setup): registers Handlers, may replace the runtime
+
+    def _observed(self, server: str, app: FastAPI, fast_routes: dict) -> ASGIApp:
+        """``app`` behind its fast path, counted for /metrics (with an ops listener) and
+        access-logged (``log.access``); neither costs anything when off."""
+        fast = FastPath(app, self.settings.max_body_bytes, fast_routes)
+        count = self.settings.ops_listen is not None
+        if not count and not self.settings.access_log:
+            return fast
+        return Observed(fast, server, fast_routes=fast_routes, count=count, access_log=self.settings.access_log)
+
+    def _leads(self) -> bool | None:
+        """Whether this process holds the Signal Worker; None when it has no worker role."""
+        return None if "worker" not in self.roles else bool(self.worker and self.worker.active)
+
+    def loops_alive(self) -> dict[str, bool]:
+        """Whether each loop of this process's roles runs: ``worker`` (leading or standing by)
+        and ``scheduler``."""
+        alive = {}
+        if "worker" in self.roles:
+            alive["worker"] = self._worker_task is not None and not self._worker_task.done()
+        if self.schedule_timer is not None:
+            alive["scheduler"] = self.schedule_timer.running
+        return alive
 
     def _app(self, title: str, description: str, routers: list) -> FastAPI:
         app = create_app(title, description, routers, self.settings.max_body_bytes)
@@ -134,6 +172,8 @@ class Gateway:
             self.store.listen()
         if self.schedule_timer is not None:
             self.schedule_timer.start()
+        if self.pruner is not None:
+            self.pruner.start()
         if "worker" in self.roles:
             # One Signal Worker across the deployment: it works while this process leads.
             self.worker = Worker(self.store, self.handlers, self.runtime)
@@ -144,6 +184,8 @@ class Gateway:
     async def stop(self) -> None:
         if self.schedule_timer is not None:
             await self.schedule_timer.stop()
+        if self.pruner is not None:
+            await self.pruner.stop()
         if self.worker is not None and self._worker_task is not None:
             self.worker.stop()
             if not self.worker.active:

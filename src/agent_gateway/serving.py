@@ -19,6 +19,7 @@ import os
 import signal
 import socket
 import sys
+import tempfile
 from collections.abc import Coroutine, Iterator
 from pathlib import Path
 from typing import Any
@@ -30,12 +31,15 @@ from agent_gateway import errors
 from agent_gateway.config import Address, Settings
 from agent_gateway.gateway import Gateway
 from agent_gateway.http import connections
+from agent_gateway.ops import metrics
 from agent_gateway.store import migrate
 from agent_gateway.store.engine import Store
 
 logger = logging.getLogger(__name__)
 
 PR_SET_PDEATHSIG = 1
+# The ops listener answers an operator's probes and one Prometheus: a few connections.
+OPS_MAX_CONNECTIONS = 64
 
 
 def run(settings: Settings, roles: frozenset[str], *, force: bool = False) -> None:
@@ -52,17 +56,32 @@ def run(settings: Settings, roles: frozenset[str], *, force: bool = False) -> No
         if not found.is_current:
             _migrate_in_child(settings.database_url)
         sockets = _bind(settings) if "api" in roles else {}
+        ops_socket = _listen(settings.ops_listen) if settings.ops_listen is not None else None
         caps = _connection_budget(settings) if sockets else None
-        children = [_fork_http_worker(settings, sockets, caps) for _ in range(settings.http_workers - 1)] if caps else []
-        try:
-            _run_loop(_serve(gateway, sockets, caps))
-        finally:
-            for pid in children:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGTERM)
-            for pid in children:
-                with contextlib.suppress(ChildProcessError):
-                    os.waitpid(pid, 0)
+        forks = settings.http_workers - 1 if caps else 0
+        with _shared_metrics(forks > 0 and ops_socket is not None):
+            children = [_fork_http_worker(settings, sockets, caps) for _ in range(forks)]
+            try:
+                _run_loop(_serve(gateway, sockets, caps, ops_socket=ops_socket))
+            finally:
+                for pid in children:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGTERM)
+                for pid in children:
+                    with contextlib.suppress(ChildProcessError):
+                        os.waitpid(pid, 0)
+
+
+@contextlib.contextmanager
+def _shared_metrics(shared: bool) -> Iterator[None]:
+    """With several HTTP processes, their metrics add up in a folder they all write
+    (prometheus_client's multi-process mode), removed when serve ends."""
+    if not shared:
+        yield
+        return
+    with tempfile.TemporaryDirectory(prefix="agent-gateway-metrics-") as directory:
+        metrics.use_directory(directory)
+        yield
 
 
 async def _schema(store: Store) -> migrate.Schema:
@@ -143,7 +162,12 @@ def _run_loop(main: Coroutine[Any, Any, None]) -> None:
 
 
 async def _serve(
-    gateway: Gateway, sockets: dict[str, socket.socket], caps: connections.Budget | None, *, main: bool = True
+    gateway: Gateway,
+    sockets: dict[str, socket.socket],
+    caps: connections.Budget | None,
+    *,
+    main: bool = True,
+    ops_socket: socket.socket | None = None,
 ) -> None:
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -154,11 +178,19 @@ async def _serve(
     # it no longer makes each full collection a pause of ~80 ms (a p99 of every route).
     gc.collect()
     gc.freeze()
+    settings = gateway.settings
+    listeners: list[tuple[str, _Server, socket.socket]] = []
+    if caps is not None:
+        listeners.append(("public server", _Server(gateway.public_asgi, settings, caps.public), sockets["public"]))
+        listeners.append(("agent server", _Server(gateway.agent_asgi, settings, caps.agent), sockets["agent"]))
+    if ops_socket is not None and gateway.ops_app is not None:
+        listeners.append(("ops listener", _Server(gateway.ops_app, settings, OPS_MAX_CONNECTIONS), ops_socket))
     try:
-        if caps is not None:
-            await _serve_http(gateway, sockets, caps, stopping, announce=main)
-        else:
+        if caps is None:
             logger.info("serving no HTTP (roles: %s)", ", ".join(sorted(gateway.roles)))
+        if listeners:
+            await _serve_http(gateway, listeners, stopping, announce=main)
+        else:
             await stopping.wait()
     finally:
         logger.info("shutting down")
@@ -167,37 +199,21 @@ async def _serve(
 
 async def _serve_http(
     gateway: Gateway,
-    sockets: dict[str, socket.socket],
-    caps: connections.Budget,
+    listeners: list[tuple[str, _Server, socket.socket]],
     stopping: asyncio.Event,
     *,
     announce: bool,
 ) -> None:
     settings = gateway.settings
-    servers = [
-        _Server(gateway.public_asgi, settings, caps.public),
-        _Server(gateway.agent_asgi, settings, caps.agent),
-    ]
-    tasks = [
-        asyncio.create_task(servers[0].serve(sockets=[sockets["public"]]), name="public server"),
-        asyncio.create_task(servers[1].serve(sockets=[sockets["agent"]]), name="agent server"),
-    ]
+    servers = [server for _, server, _ in listeners]
+    tasks = [asyncio.create_task(server.serve(sockets=[sock]), name=name) for name, server, sock in listeners]
     try:
         while not all(server.started for server in servers):
             if any(task.done() for task in tasks):
                 raise errors.GatewayError("an HTTP server stopped during start-up")
             await asyncio.sleep(0.01)
         if announce:
-            logger.info("Public server listening on http://%s", settings.public_listen)
-            logger.info("Agent server listening on http://%s", settings.agent_listen)
-            if settings.http_workers > 1:
-                logger.info("%d HTTP processes share both addresses", settings.http_workers)
-            if not settings.agent_listen.is_loopback:
-                logger.warning(
-                    "Agent server binds %s, which is not loopback: it has no authentication, "
-                    "so anyone who can reach that address acts as the agent",
-                    settings.agent_listen,
-                )
+            _announce(settings, {name for name, _, _ in listeners})
         stop_wait = asyncio.create_task(stopping.wait())
         await asyncio.wait([stop_wait, *tasks], return_when=asyncio.FIRST_COMPLETED)
         stop_wait.cancel()
@@ -205,6 +221,28 @@ async def _serve_http(
         for server in servers:
             server.should_exit = True
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _announce(settings: Settings, serving: set[str]) -> None:
+    if "public server" in serving:
+        logger.info("Public server listening on http://%s", settings.public_listen)
+        logger.info("Agent server listening on http://%s", settings.agent_listen)
+        if settings.http_workers > 1:
+            logger.info("%d HTTP processes share both addresses", settings.http_workers)
+        if not settings.agent_listen.is_loopback:
+            logger.warning(
+                "Agent server binds %s, which is not loopback: it has no authentication, "
+                "so anyone who can reach that address acts as the agent",
+                settings.agent_listen,
+            )
+    if "ops listener" in serving and settings.ops_listen is not None:
+        logger.info("ops listener (/healthz, /readyz, /metrics) on http://%s", settings.ops_listen)
+        if not settings.ops_listen.is_loopback:
+            logger.warning(
+                "ops listener binds %s, which is not loopback: it has no authentication, so anyone "
+                "who can reach that address reads the gateway's metrics and health",
+                settings.ops_listen,
+            )
 
 
 class _Server(uvicorn.Server):

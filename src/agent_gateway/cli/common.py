@@ -12,7 +12,9 @@ import typer
 from sqlalchemy import exc as sa_exc
 
 from agent_gateway import config, errors, jsontext
+from agent_gateway.http import params
 from agent_gateway.store import migrate as migrations
+from agent_gateway.store import window as windows
 from agent_gateway.store.engine import Store
 
 T = TypeVar("T")
@@ -21,12 +23,37 @@ ConfigOption = Annotated[
     Path | None,
     typer.Option("--config", "-c", help="gateway.toml (default: $AGENT_GATEWAY_CONFIG)", show_default=False),
 ]
+# The cursor-window options of a numbered log (Decisions, a User's Messages), as the routes take them.
+AfterOption = Annotated[
+    int | None, typer.Option("--after", min=0, max=windows.MAX_CURSOR, help="walk forwards from this number")
+]
+BeforeOption = Annotated[
+    int | None, typer.Option("--before", min=0, max=windows.MAX_CURSOR, help="walk back from this number")
+]
+WindowLimitOption = Annotated[
+    int, typer.Option("--limit", min=1, max=windows.MAX_LIMIT, help="how many, at most")
+]
 
 
 def fail(message: str) -> typer.Exit:
     """Print one error line; ``raise fail(...)`` exits 1."""
     typer.echo(f"agent-gateway: error: {message}", err=True)
     return typer.Exit(1)
+
+
+def checked_uuid(name: str, value: str) -> str:
+    """``value`` as a stored id (lower case); not a UUID is one line, exit 1."""
+    try:
+        return params.uuid(name, value) or ""
+    except errors.InvalidInput as exc:
+        raise fail(exc.message) from None
+
+
+def window(after: int | None, before: int | None, limit: int) -> windows.Window:
+    """A cursor window: ``--after`` or ``--before`` or neither (the newest page); both is a usage error."""
+    if after is not None and before is not None:
+        raise typer.BadParameter("give --after or --before, not both")
+    return windows.Window(after, before, limit)
 
 
 def load_settings(path: Path | None) -> config.Settings:

@@ -9,7 +9,6 @@ with one line on error.
 from __future__ import annotations
 
 import importlib.metadata
-import logging
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -22,8 +21,9 @@ except ImportError:  # pragma: no cover - an older Typer on the real click
     from click import exceptions as click_errors
 
 from agent_gateway import config, deployment, errors
-from agent_gateway.cli import common, keys, schedules, sign, tokens, users
+from agent_gateway.cli import common, decisions, keys, messages, retention, schedules, sign, signals, tokens, users
 from agent_gateway.cli.common import ConfigOption, fail, load_settings, masked, on_database, with_store
+from agent_gateway.ops import logs
 from agent_gateway.store import migrate as migrations
 from agent_gateway.store.engine import Store
 from agent_gateway.store.users import User
@@ -46,15 +46,13 @@ app.add_typer(users.app, name="users")
 app.add_typer(tokens.app, name="tokens")
 app.add_typer(schedules.app, name="schedules")
 app.add_typer(keys.app, name="keys")
+app.add_typer(signals.signals_app, name="signals")
+app.add_typer(signals.runs_app, name="runs")
+app.add_typer(messages.app, name="messages")
+app.add_typer(decisions.app, name="decisions")
 app.command("sign")(sign.sign)
 app.command("verify")(sign.verify)
-
-
-def configure_logging(level: str) -> None:
-    logging.basicConfig(level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    # uvicorn's and alembic's own start-up chatter repeats what the gateway logs once.
-    for noisy in ("uvicorn.error", "alembic"):
-        logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLogger().level))
+app.command("prune")(retention.prune)
 
 
 @app.command()
@@ -126,7 +124,7 @@ def serve(
     if not roles or roles - set(ROLES):
         raise fail(f"--role takes all, {', '.join(ROLES)} (got {', '.join(sorted(roles)) or 'nothing'})")
     settings = load_settings(config_path)
-    configure_logging(settings.log_level)
+    logs.configure(settings.log_level, settings.log_format)
     try:
         serving.run(settings, frozenset(roles), force=force)
     except Exception as exc:

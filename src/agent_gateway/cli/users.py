@@ -7,10 +7,8 @@ from typing import Annotated
 
 import typer
 
-from agent_gateway import errors
 from agent_gateway.auth import service as auth_service
-from agent_gateway.cli.common import ConfigOption, fail, load_settings, parse_json, print_json, with_store
-from agent_gateway.http.params import uuid
+from agent_gateway.cli.common import ConfigOption, checked_uuid, fail, load_settings, parse_json, print_json, with_store
 from agent_gateway.store.engine import Store
 from agent_gateway.users import service
 
@@ -20,10 +18,7 @@ UserId = Annotated[str, typer.Argument(help="the User's id (UUID)")]
 
 
 def user_id(value: str) -> str:
-    try:
-        return uuid("id", value) or ""
-    except errors.InvalidInput as exc:
-        raise fail(exc.message) from None
+    return checked_uuid("id", value)
 
 
 @app.command()

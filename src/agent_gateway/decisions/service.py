@@ -13,6 +13,7 @@ import orjson
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agent_gateway import clock, errors
+from agent_gateway.ops import metrics
 from agent_gateway.signatures.identity import SigningIdentity
 from agent_gateway.signatures.service import DECISION_TYP
 from agent_gateway.store import decisions as queries
@@ -67,7 +68,9 @@ class Publisher:
 
     async def publish(self, statement: str) -> Decision:
         """:func:`publish` in a transaction of its own, shared with whoever publishes at the same time."""
-        return await self._batcher.submit(statement)
+        decision = await self._batcher.submit(statement)
+        metrics.decisions.inc()
+        return decision
 
     async def _publish_many(self, conn: AsyncConnection, statements: Sequence[str]) -> list[Decision]:
         return await publish_many(conn, self._identity, statements)

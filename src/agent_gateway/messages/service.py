@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agent_gateway import clock, errors
+from agent_gateway.ops import metrics
 from agent_gateway.signals import service as signals
 from agent_gateway.store import messages as queries
 from agent_gateway.store.batch import Batcher
@@ -107,11 +108,20 @@ class Writer:
 
     async def receive(self, user_id: str, text: str) -> Message:
         """:func:`receive` in a transaction of its own, shared with whoever writes at the same time."""
-        return await self._batcher.submit(Draft(user_id, INBOUND, text))
+        return await self._append(Draft(user_id, INBOUND, text))
 
     async def send(self, user_id: str, text: str) -> Message:
         """:func:`send` in a transaction of its own, shared with whoever writes at the same time."""
-        return await self._batcher.submit(Draft(user_id, OUTBOUND, text))
+        return await self._append(Draft(user_id, OUTBOUND, text))
+
+    async def _append(self, draft: Draft) -> Message:
+        try:
+            message = await self._batcher.submit(draft)
+        except LostRace:
+            metrics.message_write_conflicts.inc()
+            raise
+        metrics.messages.labels(draft.direction).inc()
+        return message
 
 
 async def read(store: Store, user_id: str, window: Window) -> list[Message]:

@@ -16,6 +16,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agent_gateway import clock, errors, jsontext
+from agent_gateway.ops import metrics
 from agent_gateway.scheduler import spec as specs
 from agent_gateway.scheduler.spec import InvalidSchedule
 from agent_gateway.signals import service as signals
@@ -174,6 +175,8 @@ async def fire_due(conn: AsyncConnection, *, limit: int) -> list[str]:
     emitted, spent, advanced = [], [], {}
     for schedule in await queries.claim_due(conn, now=clock.now_iso(), limit=limit):
         fired_at = clock.now()
+        # Observed as it fires: a rolled-back batch is fired again, later, and observed again.
+        metrics.schedule_fire_lateness.observe(max(0.0, (fired_at - clock.parse_instant(schedule.next_fire_at)).total_seconds()))
         payload = {
             "scheduleName": schedule.name,
             "scheduledFor": schedule.next_fire_at,

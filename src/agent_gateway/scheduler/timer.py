@@ -45,6 +45,10 @@ class Timer:
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="scheduler timer")
 
+    @property
+    def running(self) -> bool:
+        return self._task is not None and not self._task.done()
+
     async def stop(self) -> None:
         """Let a fire in progress commit, then end the loop."""
         self._stopping = True

@@ -80,9 +80,11 @@ async def get_signal(conn: AsyncConnection, signal_id: str) -> Signal:
     return signal
 
 
-async def list_signals(conn: AsyncConnection, limit: int, kind: str | None = None) -> list[Signal]:
-    """Up to ``limit`` Signals, newest first, of one ``kind`` when given."""
-    return await signal_queries.newest(conn, limit=limit, kind=kind)
+async def list_signals(
+    conn: AsyncConnection, limit: int, kind: str | None = None, *, state: str | None = None
+) -> list[Signal]:
+    """Up to ``limit`` Signals, newest first, of one ``kind`` and one ``state`` when given."""
+    return await signal_queries.newest(conn, limit=limit, kind=kind, state=state)
 
 
 async def get_run(conn: AsyncConnection, run_id: str) -> Run:
@@ -93,9 +95,12 @@ async def get_run(conn: AsyncConnection, run_id: str) -> Run:
     return run
 
 
-async def list_runs(conn: AsyncConnection, limit: int, signal_id: str | None = None) -> list[Run]:
-    """Up to ``limit`` Runs, newest first by startedAt (not started first), of one Signal when given."""
-    return await run_queries.newest(conn, limit=limit, signal_id=signal_id)
+async def list_runs(
+    conn: AsyncConnection, limit: int, signal_id: str | None = None, *, state: str | None = None
+) -> list[Run]:
+    """Up to ``limit`` Runs, newest first by startedAt (not started first), of one Signal and
+    one ``state`` when given."""
+    return await run_queries.newest(conn, limit=limit, signal_id=signal_id, state=state)
 
 
 async def recover(conn: AsyncConnection) -> list[str]:

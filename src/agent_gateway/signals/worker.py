@@ -25,11 +25,13 @@ import asyncio
 import dataclasses
 import inspect
 import logging
+import time
 import uuid
 from collections.abc import Iterable
 from typing import Any
 
 from agent_gateway import clock
+from agent_gateway.ops import metrics
 from agent_gateway.runtimes.runtime import RunFailed, Runtime
 from agent_gateway.signals import service
 from agent_gateway.signals.handlers import Handlers, Prompt, TemplateFailed
@@ -107,7 +109,7 @@ class Worker:
             signal = await signal_queries.claim_oldest(conn)
         if signal is None:
             return False
-        logger.info("Signal %s claimed (kind %s)", signal.id, signal.kind, extra={"action": "claim_signal"})
+        logger.info("Signal %s claimed (kind %s)", signal.id, signal.kind, extra={"action": "claim_signal", "signal": signal.id})
         while signal is not None:
             try:
                 signal = await self._process(signal)
@@ -149,11 +151,12 @@ class Worker:
             claimed = await asyncio.shield(self._write(step))
             if run is None:
                 break
+            started = time.perf_counter()
             error = await self._execute(run)
             if error is not None:
                 failures.append((run, error))
                 stopped = stopped or self._stop.is_set()
-            step = _Step(signal, ended=(run, error))
+            step = _Step(signal, ended=(run, error), ran_s=time.perf_counter() - started)
 
         if post is None:
             return claimed
@@ -220,23 +223,32 @@ class Worker:
                     claimed = await signal_queries.claim_oldest(conn)
         if step.ended is not None:
             ended, error = step.ended
+            state = run_queries.DONE if error is None else run_queries.FAILED
+            metrics.runs.labels(state).inc()
+            metrics.run_duration.observe(step.ran_s)
             logger.log(
                 logging.INFO if error is None else logging.WARNING,
-                "Run %s %s (Signal %s, session %s)", ended.id, "done" if error is None else "failed", signal.id,
-                ended.session, extra={"action": "end_run"},
+                "Run %s %s (Signal %s, session %s)", ended.id, state, signal.id, ended.session,
+                extra={
+                    "action": "end_run", "run": ended.id, "signal": signal.id, "status": state,
+                    "duration_ms": round(step.ran_s * 1000, 3),
+                },
             )
         if step.start is not None:
             logger.info(
                 "Run %s started (Signal %s, session %s)", step.start.id, signal.id, step.start.session,
-                extra={"action": "start_run"},
+                extra={"action": "start_run", "run": step.start.id, "signal": signal.id},
             )
         if step.end_signal:
             logger.info(
                 "Signal %s %s (kind %s)", signal.id, "done" if step.signal_error is None else "failed", signal.kind,
-                extra={"action": "finish_signal"},
+                extra={
+                    "action": "finish_signal", "signal": signal.id,
+                    "status": signal_queries.DONE if step.signal_error is None else signal_queries.FAILED,
+                },
             )
         if claimed is not None:
-            logger.info("Signal %s claimed (kind %s)", claimed.id, claimed.kind, extra={"action": "claim_signal"})
+            logger.info("Signal %s claimed (kind %s)", claimed.id, claimed.kind, extra={"action": "claim_signal", "signal": claimed.id})
         return claimed
 
 
@@ -247,6 +259,7 @@ class _Step:
     signal: Signal
     record: list[Run] = dataclasses.field(default_factory=list)
     ended: tuple[Run, str | None] | None = None
+    ran_s: float = 0.0  # how long the ended Run executed
     start: Run | None = None
     fail_pending: bool = False
     abandon: str | None = None  # fail the running Run with this error, and the pending ones

@@ -148,6 +148,14 @@ class Store:
             return
         self._listener.start()
 
+    def pool_usage(self) -> tuple[int, int]:
+        """Connections checked out of the engine's pool, and tasks waiting for one (for /metrics)."""
+        pool = self.engine.pool
+        in_use = pool.checkedout() if isinstance(pool, sa.pool.QueuePool) else 0
+        # The async pool's queue is an asyncio.Queue; its getters are the waiting tasks.
+        getters = getattr(getattr(getattr(pool, "_pool", None), "_queue", None), "_getters", ())
+        return in_use, sum(1 for getter in getters if not getter.done())
+
     @property
     def dialect(self) -> str:
         return self.engine.dialect.name

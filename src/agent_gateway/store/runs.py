@@ -16,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from agent_gateway.store.tables import runs, signals
 
 PENDING, RUNNING, DONE, FAILED = "pending", "running", "done", "failed"
+STATES = (PENDING, RUNNING, DONE, FAILED)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,7 +80,9 @@ async def get(conn: AsyncConnection, *, id: str) -> Run | None:
     return Run.from_row(row) if row else None
 
 
-async def newest(conn: AsyncConnection, *, limit: int, signal_id: str | None = None) -> list[Run]:
+async def newest(
+    conn: AsyncConnection, *, limit: int, signal_id: str | None = None, state: str | None = None
+) -> list[Run]:
     """Newest first by startedAt; Runs not started yet come first, newest recorded first."""
     query = (
         sa.select(*_COLUMNS)
@@ -88,6 +91,8 @@ async def newest(conn: AsyncConnection, *, limit: int, signal_id: str | None = N
     )
     if signal_id is not None:
         query = query.where(runs.c.signal_id == signal_id)
+    if state is not None:
+        query = query.where(runs.c.state == state)
     return [Run.from_row(row) for row in await conn.execute(query)]
 
 

@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from agent_gateway.store.tables import signals
 
 PENDING, PROCESSING, DONE, FAILED = "pending", "processing", "done", "failed"
+STATES = (PENDING, PROCESSING, DONE, FAILED)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,11 +93,20 @@ async def get(conn: AsyncConnection, *, id: str) -> Signal | None:
     return Signal.from_row(row) if row else None
 
 
-async def newest(conn: AsyncConnection, *, limit: int, kind: str | None = None) -> list[Signal]:
+async def newest(conn: AsyncConnection, *, limit: int, kind: str | None = None, state: str | None = None) -> list[Signal]:
     query = sa.select(*_COLUMNS).order_by(*_NEWEST_FIRST).limit(limit)
     if kind is not None:
         query = query.where(signals.c.kind == kind)
+    if state is not None:
+        query = query.where(signals.c.state == state)
     return [Signal.from_row(row) for row in await conn.execute(query)]
+
+
+async def count_by_state(conn: AsyncConnection) -> dict[str, int]:
+    """How many Signals are in each state, every state named."""
+    query = sa.select(signals.c.state, sa.func.count()).group_by(signals.c.state)
+    counted = dict((await conn.execute(query)).all())
+    return {state: counted.get(state, 0) for state in STATES}
 
 
 async def claim_oldest(conn: AsyncConnection) -> Signal | None:

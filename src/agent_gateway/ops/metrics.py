@@ -1,0 +1,114 @@
+"""The gateway's Prometheus metrics (``prometheus_client``), served by the ops listener at ``/metrics``.
+
+Counters and histograms are module-level, as prometheus_client intends; the
+areas that own an event count it here. Every label takes a bounded set of
+values (a route template, never a path; a state; a direction): never a User
+id, a Token or a Statement. What is read at scrape time (Signals per state,
+the Signal Worker's leadership, the database pool) is a :class:`Sampled`
+collector of one gateway.
+
+With ``http.workers > 1`` the HTTP processes share one set of numbers through
+prometheus_client's multi-process mode (:func:`use_directory`, called before
+the processes fork).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics, generate_latest, values
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.multiprocess import MultiProcessCollector
+
+PREFIX = "agent_gateway"
+# A *_created sample per series doubles the exposition and no alert or graph here reads it.
+disable_created_metrics()
+# Requests are milliseconds; Runs are an agent thinking, up to many minutes.
+REQUEST_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+RUN_BUCKETS = (0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
+LATENESS_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 30.0, 60.0, 300.0, 3600.0)
+
+http_requests = Counter(
+    f"{PREFIX}_http_requests", "HTTP requests answered.", ("server", "route", "method", "status")
+)
+http_request_duration = Histogram(
+    f"{PREFIX}_http_request_duration_seconds",
+    "Time to answer an HTTP request.",
+    ("server", "route", "method"),
+    buckets=REQUEST_BUCKETS,
+)
+runs = Counter(f"{PREFIX}_runs", "Runs that ended, by how.", ("state",))
+run_duration = Histogram(f"{PREFIX}_run_duration_seconds", "How long Runs executed.", buckets=RUN_BUCKETS)
+schedule_fire_lateness = Histogram(
+    f"{PREFIX}_schedule_fire_lateness_seconds",
+    "How long after its nextFireAt a Schedule fired.",
+    buckets=LATENESS_BUCKETS,
+)
+decisions = Counter(f"{PREFIX}_decisions", "Decisions published.")
+messages = Counter(f"{PREFIX}_messages", "Messages recorded.", ("direction",))
+message_write_conflicts = Counter(
+    f"{PREFIX}_message_write_conflicts", "Message writes that lost the per-User seq race (503, nothing stored)."
+)
+_UNLABELLED = (decisions, message_write_conflicts, run_duration, schedule_fire_lateness)
+
+
+def use_directory(path: str) -> None:
+    """Keep values in ``path`` (prometheus_client's multi-process mode), from now on, in this
+    process and those it forks; call before any value is counted."""
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = path
+    values.ValueClass = values.get_value_class()
+    for metric in _UNLABELLED:  # their one value was made at import, in memory
+        metric._metric_init()
+
+
+def multiprocess() -> bool:
+    return bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
+
+
+class Sampled:
+    """A collector of one gateway's gauges, read at scrape time; ``signals`` is refreshed by
+    :meth:`refresh` (the database is asynchronous, collection is not) and cached."""
+
+    def __init__(self, leader: Callable[[], bool | None], pool: Callable[[], tuple[int, int]]) -> None:
+        self._leader = leader
+        self._pool = pool
+        self.signals: dict[str, int] = {}
+        self.signals_at = float("-inf")
+
+    def set_signals(self, counts: dict[str, int]) -> None:
+        self.signals, self.signals_at = counts, time.monotonic()
+
+    def collect(self) -> Iterator[Metric]:
+        family = GaugeMetricFamily(f"{PREFIX}_signals", "Signals per state (from the database, cached).", labels=["state"])
+        for state, count in self.signals.items():
+            family.add_metric([state], count)
+        yield family
+        leader = self._leader()
+        if leader is not None:
+            yield GaugeMetricFamily(
+                f"{PREFIX}_worker_leader", "1 on the process holding the Signal Worker.", value=int(leader)
+            )
+        in_use, waiting = self._pool()
+        yield GaugeMetricFamily(
+            f"{PREFIX}_db_pool_connections_in_use", "Database connections checked out of this process's pool.", value=in_use
+        )
+        yield GaugeMetricFamily(
+            f"{PREFIX}_db_pool_waiting", "Tasks of this process waiting for a database connection.", value=waiting
+        )
+
+
+def exposition(sampled: Sampled) -> bytes:
+    """Every metric in the text format: this process's (or all HTTP processes') and the gateway's samples."""
+    if multiprocess():
+        shared = CollectorRegistry()
+        MultiProcessCollector(shared)
+        counted = generate_latest(shared)
+    else:
+        from prometheus_client import REGISTRY
+
+        counted = generate_latest(REGISTRY)
+    local = CollectorRegistry(auto_describe=False)
+    local.register(sampled)
+    return counted + generate_latest(local)
