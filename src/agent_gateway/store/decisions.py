@@ -69,15 +69,23 @@ _INSERT = direct.Query(
         statement=sa.bindparam("statement_json", type_=sa.Text),
         jws=sa.bindparam("signed"),
         created_at=sa.bindparam("at"),
+        leaf_index=sa.bindparam("leaf"),
     )
 )
 
 
-async def insert(conn: AsyncConnection, published: Sequence[Decision]) -> None:
-    """Write ``published`` Decisions, numbered by :func:`draw_numbers` in this transaction."""
+async def insert(conn: AsyncConnection, published: Sequence[Decision], *, first_leaf: int) -> None:
+    """Write ``published`` Decisions, numbered by :func:`draw_numbers` in this transaction, as the
+    leaves from ``first_leaf`` on (see ``store.tree.grow``)."""
     rows = [
-        {"number": d.seq, "statement_json": jsontext.dumps(d.statement).decode(), "signed": d.jws, "at": d.created_at}
-        for d in published
+        {
+            "number": d.seq,
+            "statement_json": jsontext.dumps(d.statement).decode(),
+            "signed": d.jws,
+            "at": d.created_at,
+            "leaf": first_leaf + offset,
+        }
+        for offset, d in enumerate(published)
     ]
     await direct.run_many(conn, _INSERT, rows)
 
