@@ -104,6 +104,8 @@ class Settings:
     handlers: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
     signals_setup: str | None = None
     log_level: str = "INFO"
+    # The Decision log's checkpoints (transparency/): None derives a name from the signing key.
+    transparency_origin: str | None = None
 
 
 # --- value parsers: each takes a TOML value or an environment string -------------
@@ -195,6 +197,13 @@ def _log_level(value: Any) -> str:
     return level
 
 
+def _origin(value: Any) -> str:
+    origin = _str(value)
+    if re.search(r"[\s+]", origin) or any(ord(c) < 0x20 for c in origin):
+        raise ValueError("must be a signed-note key name: no spaces, no '+', no control characters")
+    return origin
+
+
 @dataclasses.dataclass(frozen=True)
 class _Key:
     path: tuple[str, ...]
@@ -236,8 +245,9 @@ _KEYS = (
     _Key(("handlers",), "handlers", _handlers),
     _Key(("signals", "setup"), "signals_setup", _str),
     _Key(("log", "level"), "log_level", _log_level),
+    _Key(("transparency", "origin"), "transparency_origin", _origin),
 )
-_KNOWN_TABLES = {"database", "public", "agent", "signing", "auth", "scheduler", "http", "runtime", "handlers", "signals", "log"}
+_KNOWN_TABLES = {"database", "public", "agent", "signing", "auth", "scheduler", "http", "runtime", "handlers", "signals", "log", "transparency"}
 
 
 def _lookup(document: Mapping[str, Any], path: tuple[str, ...]) -> Any:
