@@ -84,7 +84,8 @@ decisions = sa.Table(
 decision_tree = sa.Table(
     "decision_tree",
     metadata,
-    sa.Column("node", sa.BigInteger, primary_key=True, autoincrement=False),
+    # On SQLite the row id itself (no second index to write): see Serial.
+    sa.Column("node", Serial, primary_key=True, autoincrement=False),
     sa.Column("hash", sa.LargeBinary(32), nullable=False),
 )
 

@@ -27,7 +27,7 @@ _LEVEL_SHIFT = 48  # as store.tree.LEVEL_SHIFT, frozen here as this revision wro
 def upgrade() -> None:
     op.add_column('decisions', sa.Column('leaf_index', sa.BigInteger(), nullable=True))
     op.create_table('decision_tree',
-    sa.Column('node', sa.BigInteger(), autoincrement=False, nullable=False),
+    sa.Column('node', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), autoincrement=False, nullable=False),
     sa.Column('hash', sa.LargeBinary(length=32), nullable=False),
     sa.PrimaryKeyConstraint('node', name=op.f('pk_decision_tree'))
     )
