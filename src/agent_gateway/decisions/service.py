@@ -56,8 +56,8 @@ async def publish_many(conn: AsyncConnection, identity: SigningIdentity, stateme
         payload = orjson.dumps({"seq": seq, "createdAt": created_at, "statement": statement})
         published.append(Decision(seq, statement, identity.sign(payload, DECISION_TYP), created_at))
     # The Merkle tree grows in the same transaction, leaves in seq order (see store.tree).
-    first_leaf = await tree.grow(conn, [decision.jws.encode() for decision in published])
-    await queries.insert(conn, published, first_leaf=first_leaf)
+    growth = await tree.growth(conn, [decision.jws.encode() for decision in published])
+    await queries.insert(conn, published, growth)
     return published
 
 

@@ -12,6 +12,7 @@ first names nodes that are all there.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 
 import orjson
@@ -32,6 +33,25 @@ _LEAF_INDEX = direct.Query(sa.select(decisions.c.leaf_index).where(decisions.c.s
 _NODES = {
     "postgresql": direct.Query(sa.text("SELECT node, hash FROM decision_tree WHERE node = ANY(CAST(:keys AS BIGINT[]))")),
     "sqlite": direct.Query(sa.text("SELECT node, hash FROM decision_tree WHERE node IN (SELECT value FROM json_each(:keys))")),
+}
+# The newest node of each level, with its hash: one index probe per level. The newest leaf
+# tells the tree's size n, and the newest node of level L is the subtree (L, (n >> L) - 1),
+# part of the frontier when bit L of n is set (see growth).
+_NEWEST = {
+    "postgresql": direct.Query(
+        sa.text(
+            "SELECT t.node, t.hash FROM generate_series(CAST(0 AS bigint), CAST(:levels AS bigint) - 1) AS l, LATERAL ("
+            "SELECT node, hash FROM decision_tree WHERE node >= l << CAST(:shift AS int) AND node < (l + 1) << CAST(:shift AS int) "
+            "ORDER BY node DESC LIMIT 1) AS t"
+        )
+    ),
+    "sqlite": direct.Query(
+        sa.text(
+            "WITH RECURSIVE l(v) AS (SELECT 0 UNION ALL SELECT v + 1 FROM l WHERE v < :levels - 1) "
+            "SELECT t.node, t.hash FROM l JOIN decision_tree AS t ON t.node = ("
+            "SELECT max(node) FROM decision_tree WHERE node >= l.v << :shift AND node < (l.v + 1) << :shift)"
+        )
+    ),
 }
 _INSERT = direct.Query(decision_tree.insert().values(node=sa.bindparam("key"), hash=sa.bindparam("digest")))
 
@@ -54,16 +74,27 @@ def _hashes(rows: Sequence[Sequence[object]]) -> dict[merkle.Node, bytes]:
     return {_node(int(k)): bytes(h) for k, h in rows}  # type: ignore[arg-type, call-overload]
 
 
-async def grow(conn: AsyncConnection, leaves: Sequence[bytes]) -> int:
-    """Append the Decisions' JWS ``leaves`` in the caller's transaction, after their numbers are
-    drawn; returns the leaf index of the first."""
-    [(size,)] = await direct.run(conn, _SIZE)
-    frontier = merkle.subtrees(0, size)
-    dialect = conn.dialect.name
-    stored = _hashes(await direct.run(conn, _NODES[dialect], keys=_keys(dialect, frontier))) if frontier else {}
-    completed = merkle.appended([stored[node] for node in frontier], size, [merkle.leaf_hash(leaf) for leaf in leaves])
-    await direct.run_many(conn, _INSERT, [{"key": key(node), "digest": hash_} for node, hash_ in completed])
-    return int(size)
+@dataclasses.dataclass(frozen=True)
+class Growth:
+    """What appending leaves writes: their first leaf index, and the nodes they complete as
+    ``(key, hash)`` rows (written by ``store.decisions.insert``, with the Decisions)."""
+
+    first_leaf: int
+    nodes: list[tuple[int, bytes]]
+
+
+async def growth(conn: AsyncConnection, leaves: Sequence[bytes]) -> Growth:
+    """What appending the Decisions' JWS ``leaves`` writes, read in the caller's transaction
+    after their numbers are drawn (one statement: the frontier)."""
+    newest = _hashes(await direct.run(conn, _NEWEST[conn.dialect.name], levels=LEVEL_SHIFT, shift=LEVEL_SHIFT))
+    size = max((index + 1 for level, index in newest if level == 0), default=0)
+    frontier = [newest[node] for node in merkle.subtrees(0, size)]
+    completed = merkle.appended(frontier, size, [merkle.leaf_hash(leaf) for leaf in leaves])
+    return Growth(size, [(key(node), hash_) for node, hash_ in completed])
+
+
+async def write(conn: AsyncConnection, growth: Growth) -> None:
+    await direct.run_many(conn, _INSERT, [{"key": key_, "digest": hash_} for key_, hash_ in growth.nodes])
 
 
 async def size(store: Store) -> int:
