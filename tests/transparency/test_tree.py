@@ -133,3 +133,16 @@ def test_migrate_from_0001_builds_the_tree_of_the_decisions_already_there(
             await store.close()
 
     asyncio.run(check())
+
+
+async def test_the_tree_is_right_after_every_batch_whatever_the_sizes(store: Store) -> None:
+    """Every frontier shape (each bit pattern of the size up to 70) is read back and extended."""
+    leaves: list[bytes] = []
+    batch = 1
+    while len(leaves) < 70:
+        async with store.transaction() as conn:
+            published = await service.publish_many(conn, identity, [f"s{len(leaves) + n}" for n in range(batch)])
+        leaves.extend(decision.jws.encode() for decision in published)
+        assert await tree.size(store) == len(leaves)
+        assert await merkle.root(tree.fetcher(store), len(leaves)) == mth(leaves)
+        batch = batch % 5 + 1

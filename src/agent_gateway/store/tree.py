@@ -34,22 +34,23 @@ _NODES = {
     "postgresql": direct.Query(sa.text("SELECT node, hash FROM decision_tree WHERE node = ANY(CAST(:keys AS BIGINT[]))")),
     "sqlite": direct.Query(sa.text("SELECT node, hash FROM decision_tree WHERE node IN (SELECT value FROM json_each(:keys))")),
 }
-# The newest node of each level, with its hash: one index probe per level. The newest leaf
-# tells the tree's size n, and the newest node of level L is the subtree (L, (n >> L) - 1),
-# part of the frontier when bit L of n is set (see growth).
-_NEWEST = {
+# The frontier in one statement: the newest leaf gives the size n, and the frontier is the
+# subtree (L, (n >> L) - 1) for each bit L set in n; one primary-key lookup each.
+_FRONTIER = {
     "postgresql": direct.Query(
         sa.text(
-            "SELECT t.node, t.hash FROM generate_series(CAST(0 AS bigint), CAST(:levels AS bigint) - 1) AS l, LATERAL ("
-            "SELECT node, hash FROM decision_tree WHERE node >= l << CAST(:shift AS int) AND node < (l + 1) << CAST(:shift AS int) "
-            "ORDER BY node DESC LIMIT 1) AS t"
+            "WITH s AS (SELECT coalesce(max(node) + 1, 0) AS n FROM decision_tree WHERE node < CAST(1 AS bigint) << :shift) "
+            "SELECT t.node, t.hash FROM s CROSS JOIN generate_series(0, :shift - 1) AS l "
+            "JOIN decision_tree AS t ON t.node = (CAST(l AS bigint) << :shift) | ((s.n >> l) - 1) "
+            "WHERE (s.n >> l) & 1 = 1"
         )
     ),
     "sqlite": direct.Query(
         sa.text(
-            "WITH RECURSIVE l(v) AS (SELECT 0 UNION ALL SELECT v + 1 FROM l WHERE v < :levels - 1) "
-            "SELECT t.node, t.hash FROM l JOIN decision_tree AS t ON t.node = ("
-            "SELECT max(node) FROM decision_tree WHERE node >= l.v << :shift AND node < (l.v + 1) << :shift)"
+            "WITH RECURSIVE s(n) AS (SELECT coalesce(max(node) + 1, 0) FROM decision_tree WHERE node < 1 << :shift), "
+            "l(v) AS (SELECT 0 UNION ALL SELECT v + 1 FROM l, s WHERE (n >> (v + 1)) > 0) "
+            "SELECT t.node, t.hash FROM l, s JOIN decision_tree AS t ON t.node = (v << :shift) | ((n >> v) - 1) "
+            "WHERE (n >> v) & 1"
         )
     ),
 }
@@ -86,9 +87,10 @@ class Growth:
 async def growth(conn: AsyncConnection, leaves: Sequence[bytes]) -> Growth:
     """What appending the Decisions' JWS ``leaves`` writes, read in the caller's transaction
     after their numbers are drawn (one statement: the frontier)."""
-    newest = _hashes(await direct.run(conn, _NEWEST[conn.dialect.name], levels=LEVEL_SHIFT, shift=LEVEL_SHIFT))
-    size = max((index + 1 for level, index in newest if level == 0), default=0)
-    frontier = [newest[node] for node in merkle.subtrees(0, size)]
+    stored = _hashes(await direct.run(conn, _FRONTIER[conn.dialect.name], shift=LEVEL_SHIFT))
+    # The lowest subtree of the frontier ends at the newest leaf: (index + 1) << level is the size.
+    size = max(((index + 1) << level for level, index in stored), default=0)
+    frontier = [stored[node] for node in merkle.subtrees(0, size)]
     completed = merkle.appended(frontier, size, [merkle.leaf_hash(leaf) for leaf in leaves])
     return Growth(size, [(key(node), hash_) for node, hash_ in completed])
 

@@ -28,7 +28,7 @@ from typing import Any
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec, ed25519
+from cryptography.hazmat.primitives.asymmetric import ec
 from joserfc.errors import JoseError
 from joserfc.jwk import ECKey, Key, OKPKey, RSAKey
 
