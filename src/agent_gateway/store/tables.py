@@ -73,9 +73,9 @@ decisions = sa.Table(
     sa.Column("jws", sa.Text, nullable=False),
     sa.Column("created_at", Instant, nullable=False),
     # The Decision's leaf in the Merkle tree (store.tree), from 0 in seq order without gaps;
-    # written with the Decision. Nullable only so that SQLite adds it without rebuilding the table.
+    # written with the Decision. Nullable only so that SQLite adds it without rebuilding the
+    # table; unique through the tree's own key (a leaf is one row of decision_tree), so no index.
     sa.Column("leaf_index", sa.BigInteger, nullable=True),
-    sa.Index(None, "leaf_index", unique=True),
     sqlite_autoincrement=True,
 )
 

@@ -27,7 +27,12 @@ from agent_gateway.transparency import merkle
 # Bits of a node's key that hold its index within its level (2**48 leaves is plenty).
 LEVEL_SHIFT = 48
 
-_SIZE = direct.Query(sa.select(sa.func.coalesce(sa.func.max(decisions.c.leaf_index) + 1, 0)))
+# The newest leaf is the largest key of level 0.
+_SIZE = direct.Query(
+    sa.select(sa.func.coalesce(sa.func.max(decision_tree.c.node) + 1, 0)).where(
+        decision_tree.c.node < 1 << LEVEL_SHIFT
+    )
+)
 _LEAF_INDEX = direct.Query(sa.select(decisions.c.leaf_index).where(decisions.c.seq == sa.bindparam("seq")))
 # Many nodes in one statement: PostgreSQL takes an array, SQLite a JSON array.
 _NODES = {

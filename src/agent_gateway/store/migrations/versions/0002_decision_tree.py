@@ -32,7 +32,6 @@ def upgrade() -> None:
     sa.PrimaryKeyConstraint('node', name=op.f('pk_decision_tree'))
     )
     _build_tree(op.get_bind())
-    op.create_index(op.f('ix_decisions_leaf_index'), 'decisions', ['leaf_index'], unique=True)
 
 
 def _build_tree(bind: sa.Connection) -> None:
@@ -59,7 +58,6 @@ def _build_tree(bind: sa.Connection) -> None:
 
 
 def downgrade() -> None:
-    op.drop_index(op.f('ix_decisions_leaf_index'), table_name='decisions')
     op.drop_table('decision_tree')
     # Not in batch mode: rebuilding the table on SQLite would lose its AUTOINCREMENT.
     op.drop_column('decisions', 'leaf_index')
