@@ -105,11 +105,13 @@ class Settings:
     handlers: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
     signals_setup: str | None = None
     log_level: str = "INFO"
-    # Operating it (issue 16): the ops listener, log format and access log, retention.
+    # The ops listener, log format and access log, retention.
     ops_listen: Address | None = Address("127.0.0.1", 8702)
     log_format: str = "text"
     log_access: bool | None = None  # None: on in the json format, off in text
     retention_signals_max_age: datetime.timedelta | None = None
+    # The Decision log's checkpoints (transparency/): None derives a name from the signing key.
+    transparency_origin: str | None = None
 
     @property
     def access_log(self) -> bool:
@@ -228,6 +230,13 @@ def parse_age(value: Any) -> datetime.timedelta:
     return datetime.timedelta(**{_AGE_UNITS[match.group(2)]: int(match.group(1))})
 
 
+def _origin(value: Any) -> str:
+    origin = _str(value)
+    if re.search(r"[\s+]", origin) or any(ord(c) < 0x20 for c in origin):
+        raise ValueError("must be a signed-note key name: no spaces, no '+', no control characters")
+    return origin
+
+
 @dataclasses.dataclass(frozen=True)
 class _Key:
     path: tuple[str, ...]
@@ -273,8 +282,12 @@ _KEYS = (
     _Key(("log", "format"), "log_format", _log_format),
     _Key(("log", "access"), "log_access", _bool),
     _Key(("retention", "signals_max_age"), "retention_signals_max_age", parse_age),
+    _Key(("transparency", "origin"), "transparency_origin", _origin),
 )
-_KNOWN_TABLES = {"database", "public", "agent", "signing", "auth", "scheduler", "http", "runtime", "handlers", "signals", "log", "ops", "retention"}
+_KNOWN_TABLES = {
+    "database", "public", "agent", "signing", "auth", "scheduler", "http", "runtime", "handlers", "signals", "log",
+    "ops", "retention", "transparency",
+}
 
 
 def _lookup(document: Mapping[str, Any], path: tuple[str, ...]) -> Any:

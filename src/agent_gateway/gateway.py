@@ -32,6 +32,8 @@ from agent_gateway.signatures import routes as signatures_routes
 from agent_gateway.signatures.identity import SigningIdentity
 from agent_gateway.store import leadership, migrate
 from agent_gateway.store.engine import Store
+from agent_gateway.transparency import routes as transparency_routes
+from agent_gateway.transparency import service as transparency_service
 from agent_gateway.users import routes as users_routes
 
 logger = logging.getLogger(__name__)
@@ -69,6 +71,9 @@ class Gateway:
         self.store = Store(settings.database_url)
         self.publisher = decisions_service.Publisher(self.store, self.identity)
         self.messages = messages_service.Writer(self.store)
+        self.checkpoints = transparency_service.Checkpoints(
+            self.store, transparency_service.signer(settings, self.identity)
+        )
         # Asked in order by every protected Public route; see auth/schemes.py.
         # An operator adds schemes in Python: gateway.auth_schemes.append(MyScheme()).
         self.password_scheme = PasswordScheme(self.store)
@@ -82,6 +87,7 @@ class Gateway:
             messages_routes.agent,
             signatures_routes.agent,
             decisions_routes.agent,
+            transparency_routes.agent,
             signals_routes.agent,
         ]
         if settings.scheduler_agent_routes:
@@ -113,7 +119,13 @@ class Gateway:
         self.public_app = self._app(
             "agent-gateway: Public server",
             PUBLIC_DESCRIPTION,
-            [auth_routes.public, messages_routes.public, signatures_routes.public, decisions_routes.public],
+            [
+                auth_routes.public,
+                messages_routes.public,
+                signatures_routes.public,
+                decisions_routes.public,
+                transparency_routes.public,
+            ],
         )
         self.public_asgi = self._observed(
             "public",
@@ -162,6 +174,7 @@ class Gateway:
         app.state.identity = self.identity
         app.state.publisher = self.publisher
         app.state.messages = self.messages
+        app.state.checkpoints = self.checkpoints
         app.state.auth_schemes = self.auth_schemes
         return app
 

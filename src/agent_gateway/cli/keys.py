@@ -8,8 +8,10 @@ from typing import Annotated
 
 import typer
 
-from agent_gateway.cli.common import fail
+from agent_gateway.cli.common import ConfigOption, fail, load_settings, print_json
 from agent_gateway.signatures import keys
+from agent_gateway.signatures.identity import SigningIdentity, SigningKeyError
+from agent_gateway.transparency import service as transparency
 
 app = typer.Typer(help="Signing keys.", no_args_is_help=True)
 
@@ -30,3 +32,16 @@ def generate(
     except OSError as exc:
         raise fail(f"cannot write {out}: {exc.strerror}") from None
     typer.echo(f"wrote {out}")
+
+
+@app.command()
+def show(config_path: ConfigOption = None) -> None:
+    """Print the deployment's public key: {origin, vkey, jwks}. ``vkey`` is the C2SP signed-note
+    verifier key of the Decision log's checkpoints, for verifiers and witnesses to configure."""
+    settings = load_settings(config_path)
+    try:
+        identity = SigningIdentity.from_settings(settings)
+    except SigningKeyError as exc:
+        raise fail(str(exc)) from None
+    signer = transparency.signer(settings, identity)
+    print_json({"origin": signer.origin, "vkey": signer.key.vkey(), "jwks": identity.jwks()})

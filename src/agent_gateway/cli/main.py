@@ -21,7 +21,9 @@ except ImportError:  # pragma: no cover - an older Typer on the real click
     from click import exceptions as click_errors
 
 from agent_gateway import config, deployment, errors
-from agent_gateway.cli import common, decisions, keys, messages, retention, schedules, sign, signals, tokens, users
+from agent_gateway.cli import (
+    audit, common, decisions, keys, messages, retention, schedules, sign, signals, tokens, users,
+)
 from agent_gateway.cli.common import ConfigOption, fail, load_settings, masked, on_database, with_store
 from agent_gateway.ops import logs
 from agent_gateway.store import migrate as migrations
@@ -53,6 +55,7 @@ app.add_typer(decisions.app, name="decisions")
 app.command("sign")(sign.sign)
 app.command("verify")(sign.verify)
 app.command("prune")(retention.prune)
+app.command("audit")(audit.audit)
 
 
 @app.command()

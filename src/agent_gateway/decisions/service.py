@@ -17,6 +17,7 @@ from agent_gateway.ops import metrics
 from agent_gateway.signatures.identity import SigningIdentity
 from agent_gateway.signatures.service import DECISION_TYP
 from agent_gateway.store import decisions as queries
+from agent_gateway.store import tree
 from agent_gateway.store.batch import Batcher
 from agent_gateway.store.decisions import Decision
 from agent_gateway.store.engine import Store
@@ -55,7 +56,9 @@ async def publish_many(conn: AsyncConnection, identity: SigningIdentity, stateme
         created_at = clock.now_iso()
         payload = orjson.dumps({"seq": seq, "createdAt": created_at, "statement": statement})
         published.append(Decision(seq, statement, identity.sign(payload, DECISION_TYP), created_at))
-    await queries.insert(conn, published)
+    # The Merkle tree grows in the same transaction, leaves in seq order (see store.tree).
+    growth = await tree.growth(conn, [decision.jws.encode() for decision in published])
+    await queries.insert(conn, published, growth)
     return published
 
 

@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agent_gateway import jsontext
-from agent_gateway.store import direct
+from agent_gateway.store import direct, tree
 from agent_gateway.store import window as windows
 from agent_gateway.store.engine import Store
 from agent_gateway.store.tables import decisions
@@ -69,17 +69,47 @@ _INSERT = direct.Query(
         statement=sa.bindparam("statement_json", type_=sa.Text),
         jws=sa.bindparam("signed"),
         created_at=sa.bindparam("at"),
+        leaf_index=sa.bindparam("leaf"),
     )
 )
 
 
-async def insert(conn: AsyncConnection, published: Sequence[Decision]) -> None:
-    """Write ``published`` Decisions, numbered by :func:`draw_numbers` in this transaction."""
+# On PostgreSQL the Decisions and the tree's new nodes go in with one statement (one round trip).
+_POSTGRES_INSERT = direct.Query(
+    sa.text(
+        "WITH nodes AS (INSERT INTO decision_tree (node, hash) "
+        "SELECT * FROM unnest(CAST(:keys AS bigint[]), CAST(:hashes AS bytea[]))) "
+        "INSERT INTO decisions (seq, statement, jws, created_at, leaf_index) "
+        "SELECT * FROM unnest(CAST(:numbers AS bigint[]), CAST(:statements AS text[]), CAST(:signed AS text[]), "
+        "CAST(:ats AS varchar[]), CAST(:leaves AS bigint[]))"
+    )
+)
+
+
+async def insert(conn: AsyncConnection, published: Sequence[Decision], growth: tree.Growth) -> None:
+    """Write ``published`` Decisions, numbered by :func:`draw_numbers` in this transaction, and
+    the tree's nodes they complete (``growth``, see ``store.tree``)."""
+    statements = [jsontext.dumps(d.statement).decode() for d in published]
+    leaves = range(growth.first_leaf, growth.first_leaf + len(published))
+    if conn.dialect.name == "postgresql":
+        await direct.run(
+            conn,
+            _POSTGRES_INSERT,
+            keys=[key for key, _ in growth.nodes],
+            hashes=[hash_ for _, hash_ in growth.nodes],
+            numbers=[d.seq for d in published],
+            statements=statements,
+            signed=[d.jws for d in published],
+            ats=[d.created_at for d in published],
+            leaves=list(leaves),
+        )
+        return
     rows = [
-        {"number": d.seq, "statement_json": jsontext.dumps(d.statement).decode(), "signed": d.jws, "at": d.created_at}
-        for d in published
+        {"number": d.seq, "statement_json": text, "signed": d.jws, "at": d.created_at, "leaf": leaf}
+        for d, text, leaf in zip(published, statements, leaves, strict=True)
     ]
     await direct.run_many(conn, _INSERT, rows)
+    await tree.write(conn, growth)
 
 
 _GET = direct.Query(sa.select(*_COLUMNS).where(decisions.c.seq == sa.bindparam("seq")))

@@ -72,7 +72,21 @@ decisions = sa.Table(
     sa.Column("statement", JSONText, nullable=False),
     sa.Column("jws", sa.Text, nullable=False),
     sa.Column("created_at", Instant, nullable=False),
+    # The Decision's leaf in the Merkle tree (store.tree), from 0 in seq order without gaps;
+    # written with the Decision. Nullable only so that SQLite adds it without rebuilding the
+    # table; unique through the tree's own key (a leaf is one row of decision_tree), so no index.
+    sa.Column("leaf_index", sa.BigInteger, nullable=True),
     sqlite_autoincrement=True,
+)
+
+# The hashes of the complete subtrees of the Merkle tree over the Decision log (store.tree):
+# ``node`` is ``level << 48 | index``, the subtree of 2**level leaves from index * 2**level.
+decision_tree = sa.Table(
+    "decision_tree",
+    metadata,
+    # On SQLite the row id itself (no second index to write): see Serial.
+    sa.Column("node", Serial, primary_key=True, autoincrement=False),
+    sa.Column("hash", sa.LargeBinary(32), nullable=False),
 )
 
 signals = sa.Table(

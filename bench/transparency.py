@@ -1,0 +1,233 @@
+"""The auditable Decision log: proof latency as the log grows, and an audit from nothing.
+
+    python -m bench.transparency                                # every scenario, both backends
+    python -m bench.transparency --backend sqlite --scenario proofs --large 1000000
+    python -m bench.transparency --scenario audit --audit-size 100000
+
+Scenarios (targets of issue 15, on this 2-core machine):
+  proofs  GET /decisions/{seq}/proof (seq random) and GET /checkpoint/consistency?from=M
+          (M random), ``wrk -t1 -c1``: p99 on 1,000,000 Decisions <= 5 ms and within 1.2x
+          of that on 1,000
+  audit   ``agent-gateway audit`` of a log of 100,000 Decisions from nothing (every JWS
+          checked, the root rebuilt): the time it takes
+
+POST /decisions throughput with the tree is ``python -m bench.decisions --scenario publish``,
+run here and on a checkout of main (its target: at least 90 % of main's).
+
+The logs are filled in the set-up, not through the API: the Decision rows with one bulk
+write and the tree's nodes computed here with ``transparency.merkle`` and written with
+them (COPY on PostgreSQL), exactly the rows publishing would have written. The proofs
+scenario gives every row the same real JWS (rows of their real size); the audit scenario
+signs each Decision, since the audit checks every signature.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import asyncpg
+import orjson
+
+from agent_gateway import clock
+from agent_gateway.signatures import keys
+from agent_gateway.signatures.identity import SigningIdentity
+from agent_gateway.signatures.service import DECISION_TYP
+from agent_gateway.store import tree
+from agent_gateway.store.decisions import POSTGRES_SEQUENCE
+from agent_gateway.transparency import merkle
+from bench import harness
+from bench.decisions import STATEMENT, settle
+from tests.served import ServedGateway, cli_env
+
+SMALL = 1_000
+CHUNK = 50_000
+# Latency is measured one request at a time: with more connections than cores it is queueing.
+LATENCY_CONNECTIONS = 1
+
+Row = tuple[int, str, str, str, int]  # seq, statement JSON, jws, createdAt, leaf index
+
+
+def rows(first: int, last: int, jws_of: Callable[[int, str], str]) -> Iterator[Row]:
+    created_at = clock.now_iso()
+    for seq in range(first, last + 1):
+        yield seq, orjson.dumps(f"Decision number {seq}").decode(), jws_of(seq, created_at), created_at, seq - 1
+
+
+def same_jws() -> Callable[[int, str], str]:
+    identity = SigningIdentity(keys.generate_pem("ed25519"))
+    jws = identity.sign(orjson.dumps({"seq": 1, "createdAt": clock.now_iso(), "statement": STATEMENT}), DECISION_TYP)
+    return lambda seq, created_at: jws
+
+
+def signed_by(key_file: Path) -> Callable[[int, str], str]:
+    """Real Decisions of the deployment's key, as the gateway signs them."""
+    identity = SigningIdentity(key_file.read_bytes())
+
+    def sign(seq: int, created_at: str) -> str:
+        payload = orjson.dumps({"seq": seq, "createdAt": created_at, "statement": f"Decision number {seq}"})
+        return identity.sign(payload, DECISION_TYP)
+
+    return sign
+
+
+def fill(url: str, first: int, last: int, jws_of: Callable[[int, str], str]) -> float:
+    """Append Decisions ``first..last`` (to a log of ``first - 1``) with their tree; the seconds it took."""
+    started = time.perf_counter()
+    frontier = asyncio.run(_frontier(url, first - 1))
+    size = first - 1
+    batch: list[Row] = []
+    for row in rows(first, last, jws_of):
+        batch.append(row)
+        if len(batch) == CHUNK or row[0] == last:
+            completed = merkle.appended(frontier, size, [merkle.leaf_hash(r[2].encode()) for r in batch])
+            nodes = [(tree.key(node), hash_) for node, hash_ in completed]
+            known = dict(zip(merkle.subtrees(0, size), frontier)) | dict(completed)
+            size += len(batch)
+            frontier = [known[node] for node in merkle.subtrees(0, size)]
+            _write(url, batch, nodes)
+            batch = []
+    if url.startswith("postgresql"):
+        asyncio.run(_postgres(url, f"SELECT setval('{POSTGRES_SEQUENCE}', {last})", "VACUUM ANALYZE"))
+    return time.perf_counter() - started
+
+
+async def _frontier(url: str, size: int) -> list[bytes]:
+    if size == 0:
+        return []
+    wanted = [tree.key(node) for node in merkle.subtrees(0, size)]
+    if url.startswith("sqlite"):
+        with sqlite3.connect(url.removeprefix("sqlite:///")) as conn:
+            found = dict(conn.execute(f"SELECT node, hash FROM decision_tree WHERE node IN ({','.join(map(str, wanted))})"))
+    else:
+        conn = await asyncpg.connect(url)
+        try:
+            found = dict(await conn.fetch("SELECT node, hash FROM decision_tree WHERE node = ANY($1::bigint[])", wanted))
+        finally:
+            await conn.close()
+    return [bytes(found[key]) for key in wanted]
+
+
+def _write(url: str, batch: list[Row], nodes: list[tuple[int, bytes]]) -> None:
+    if url.startswith("sqlite"):
+        with sqlite3.connect(url.removeprefix("sqlite:///")) as conn:
+            conn.executemany("INSERT INTO decisions (seq, statement, jws, created_at, leaf_index) VALUES (?, ?, ?, ?, ?)", batch)
+            conn.executemany("INSERT INTO decision_tree (node, hash) VALUES (?, ?)", nodes)
+        return
+
+    async def copy() -> None:
+        conn = await asyncpg.connect(url)
+        try:
+            async with conn.transaction():
+                columns = ["seq", "statement", "jws", "created_at", "leaf_index"]
+                await conn.copy_records_to_table("decisions", records=batch, columns=columns)
+                await conn.copy_records_to_table("decision_tree", records=nodes, columns=["node", "hash"])
+        finally:
+            await conn.close()
+
+    asyncio.run(copy())
+
+
+async def _postgres(url: str, *statements: str) -> None:
+    conn = await asyncpg.connect(url)
+    try:
+        for statement in statements:
+            await conn.execute(statement)
+    finally:
+        await conn.close()
+
+
+def random_proof(size: int) -> str:
+    return (
+        "math.randomseed(15)\n"
+        "request = function()\n"
+        f'  return wrk.format("GET", "/decisions/" .. math.random(1, {size}) .. "/proof")\n'
+        "end\n"
+    )
+
+
+def random_consistency(size: int) -> str:
+    return (
+        "math.randomseed(15)\n"
+        "request = function()\n"
+        f'  return wrk.format("GET", "/checkpoint/consistency?from=" .. math.random(1, {size}))\n'
+        "end\n"
+    )
+
+
+def proofs(backend: str, duration: int, large: int) -> None:
+    with harness.gateway(backend) as served:
+        url = served.env["AGENT_GATEWAY_DATABASE_URL"]
+        jws_of = same_jws()
+        fill(url, 1, SMALL, jws_of)
+        settle()
+        small = measure(backend, served, SMALL, duration)
+        seconds = fill(url, SMALL + 1, large, jws_of)
+        print(f"[{backend}] filled to {large:,} Decisions and their tree in {seconds:.0f} s")
+        settle()
+        big = measure(backend, served, large, duration)
+        for name in small:
+            ratio = big[name] / small[name]
+            print(f"[{backend}] {name}: p99 {big[name]:.2f} ms on {large:,}, {ratio:.2f}x that on {SMALL:,} (targets <= 5 ms, <= 1.2x)")
+
+
+def measure(backend: str, served: ServedGateway, size: int, duration: int) -> dict[str, float]:
+    p99 = {}
+    for name, lua in [("inclusion proof", random_proof(size)), ("consistency proof", random_consistency(size))]:
+        result = harness.wrk(served.agent_url + "/", lua, duration_s=duration, connections=LATENCY_CONNECTIONS)
+        print(result.line(f"[{backend}] {name} ({size:,}) -c{LATENCY_CONNECTIONS}"))
+        assert result.non_2xx == 0, "a proof request failed"
+        p99[name] = result.latency_ms["99"]
+    return p99
+
+
+def audit(backend: str, size: int) -> None:
+    with harness.gateway(backend) as served:
+        url = served.env["AGENT_GATEWAY_DATABASE_URL"]
+        started = time.perf_counter()
+        fill(url, 1, size, signed_by(served.directory / "signing-key.pem"))
+        print(f"[{backend}] filled {size:,} signed Decisions and their tree in {time.perf_counter() - started:.0f} s")
+        settle()
+        jwks = served.directory / "jwks.json"
+        identity = SigningIdentity((served.directory / "signing-key.pem").read_bytes())
+        jwks.write_bytes(orjson.dumps(identity.jwks()))
+        started = time.perf_counter()
+        result = subprocess.run(
+            [sys.executable, "-m", "agent_gateway", "audit", served.agent_url, "--jwks", str(jwks)],
+            env=cli_env(served.directory / "none.toml"),
+            capture_output=True,
+            text=True,
+        )
+        seconds = time.perf_counter() - started
+        if result.returncode != 0:
+            raise SystemExit(f"audit failed: {result.stderr}")
+        report = orjson.loads(result.stdout)
+        assert report["audited"] == size and base64.b64decode(report["rootHash"])
+        print(f"[{backend}] agent-gateway audit of {size:,} Decisions from nothing: {seconds:.1f} s ({size / seconds:,.0f} Decisions/s)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--backend", choices=["sqlite", "postgresql", "both"], default="both")
+    parser.add_argument("--scenario", choices=["proofs", "audit", "all"], default="all")
+    parser.add_argument("--duration", type=int, default=harness.WRK_DURATION_S)
+    parser.add_argument("--large", type=int, default=1_000_000, help="Decisions in the long log")
+    parser.add_argument("--audit-size", type=int, default=100_000, help="Decisions the audit checks")
+    args = parser.parse_args()
+    backends = ["sqlite", "postgresql"] if args.backend == "both" else [args.backend]
+    for backend in backends:
+        if args.scenario in ("proofs", "all"):
+            proofs(backend, args.duration, args.large)
+        if args.scenario in ("audit", "all"):
+            audit(backend, args.audit_size)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,73 @@
+"""``agent-gateway audit``: verify the Decision log as a third party, over HTTP only."""
+
+from __future__ import annotations
+
+import base64
+import os
+from pathlib import Path
+from typing import Annotated
+
+import httpx
+import typer
+
+from agent_gateway import jsontext
+from agent_gateway.cli.common import fail, print_json
+from agent_gateway.signatures import verifier
+from agent_gateway.transparency import audit as audits
+
+
+def audit(
+    url: Annotated[str, typer.Argument(help="the gateway: its Public server (with --token-stdin) or its Agent server")],
+    state: Annotated[
+        Path | None, typer.Option("--state", help="remembers the last verified checkpoint between runs")
+    ] = None,
+    jwks: Annotated[
+        str | None, typer.Option("--jwks", help="the JWK Set: a file or URL (default: URL/jwks.json)")
+    ] = None,
+    token_stdin: Annotated[bool, typer.Option("--token-stdin", help="read a bearer Token from stdin")] = False,
+) -> None:
+    """Verify the signed checkpoint, its consistency with the remembered one, and every new Decision.
+
+    Exit 0 when everything holds (and remember the checkpoint); exit 1 with one
+    line naming the first Decision or checkpoint that does not.
+    """
+    base = url.rstrip("/")
+    headers = {}
+    if token_stdin:
+        token = typer.get_text_stream("stdin").read().strip()
+        if not token:
+            raise fail("--token-stdin: no Token on stdin")
+        headers["Authorization"] = f"Bearer {token}"
+    try:
+        keys = verifier.load_jwk_set(jwks or f"{base}/jwks.json")
+    except verifier.JwkSetError as exc:
+        raise fail(str(exc)) from None
+    try:
+        remembered = audits.load_state(state.read_bytes() if state is not None and state.exists() else None)
+        with httpx.Client(base_url=base, headers=headers, timeout=audits.TIMEOUT_S) as client:
+            new_state, report = audits.Auditor(client, keys).audit(remembered)
+    except audits.AuditFailure as exc:
+        raise fail(str(exc)) from None
+    except OSError as exc:
+        raise fail(f"--state {state}: {exc.strerror}") from None
+    if state is not None:
+        _write(state, jsontext.dumps(new_state.to_json(), indent=True))
+    checkpoint = report.checkpoint
+    print_json(
+        {
+            "origin": checkpoint.origin,
+            "treeSize": checkpoint.size,
+            "rootHash": base64.b64encode(checkpoint.root).decode(),
+            "audited": report.decisions,
+        }
+    )
+
+
+def _write(path: Path, content: bytes) -> None:
+    """Replace ``path`` whole: a run stopped half-way leaves the old state."""
+    temporary = path.with_name(path.name + ".tmp")
+    try:
+        temporary.write_bytes(content)
+        os.replace(temporary, path)
+    except OSError as exc:
+        raise fail(f"--state {path}: cannot write: {exc.strerror}") from None

@@ -1,0 +1,125 @@
+"""The Merkle tree over the Decision log: the stored hashes of its complete subtrees.
+
+Leaf ``i`` is the ``i``-th Decision by ``seq``; its data is the Decision's JWS.
+The tree grows in the transaction that writes its Decisions (see
+``decisions.service.publish_many``), after their numbers are drawn: the lock
+that orders publishers (``store.decisions.draw_numbers``) orders leaves too,
+so leaf order is ``seq`` order in every process, and a rolled-back publish
+leaves no leaf. Nodes are written once and never change (see
+``transparency.merkle``), so reads need no transaction: a tree size read
+first names nodes that are all there.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+
+import orjson
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from agent_gateway.store import direct
+from agent_gateway.store.engine import Store
+from agent_gateway.store.tables import decision_tree, decisions
+from agent_gateway.transparency import merkle
+
+# Bits of a node's key that hold its index within its level (2**48 leaves is plenty).
+LEVEL_SHIFT = 48
+
+# The newest leaf is the largest key of level 0.
+_SIZE = direct.Query(
+    sa.select(sa.func.coalesce(sa.func.max(decision_tree.c.node) + 1, 0)).where(
+        decision_tree.c.node < 1 << LEVEL_SHIFT
+    )
+)
+_LEAF_INDEX = direct.Query(sa.select(decisions.c.leaf_index).where(decisions.c.seq == sa.bindparam("seq")))
+# Many nodes in one statement: PostgreSQL takes an array, SQLite a JSON array.
+_NODES = {
+    "postgresql": direct.Query(sa.text("SELECT node, hash FROM decision_tree WHERE node = ANY(CAST(:keys AS BIGINT[]))")),
+    "sqlite": direct.Query(sa.text("SELECT node, hash FROM decision_tree WHERE node IN (SELECT value FROM json_each(:keys))")),
+}
+# The frontier in one statement: the newest leaf gives the size n, and the frontier is the
+# subtree (L, (n >> L) - 1) for each bit L set in n; one primary-key lookup each.
+_FRONTIER = {
+    "postgresql": direct.Query(
+        sa.text(
+            "WITH s AS (SELECT coalesce(max(node) + 1, 0) AS n FROM decision_tree WHERE node < CAST(1 AS bigint) << :shift) "
+            "SELECT t.node, t.hash FROM s CROSS JOIN generate_series(0, :shift - 1) AS l "
+            "JOIN decision_tree AS t ON t.node = (CAST(l AS bigint) << :shift) | ((s.n >> l) - 1) "
+            "WHERE (s.n >> l) & 1 = 1"
+        )
+    ),
+    "sqlite": direct.Query(
+        sa.text(
+            "WITH RECURSIVE s(n) AS (SELECT coalesce(max(node) + 1, 0) FROM decision_tree WHERE node < 1 << :shift), "
+            "l(v) AS (SELECT 0 UNION ALL SELECT v + 1 FROM l, s WHERE (n >> (v + 1)) > 0) "
+            "SELECT t.node, t.hash FROM l, s JOIN decision_tree AS t ON t.node = (v << :shift) | ((n >> v) - 1) "
+            "WHERE (n >> v) & 1"
+        )
+    ),
+}
+_INSERT = direct.Query(decision_tree.insert().values(node=sa.bindparam("key"), hash=sa.bindparam("digest")))
+
+
+def key(node: merkle.Node) -> int:
+    level, index = node
+    return level << LEVEL_SHIFT | index
+
+
+def _node(key_: int) -> merkle.Node:
+    return key_ >> LEVEL_SHIFT, key_ & ((1 << LEVEL_SHIFT) - 1)
+
+
+def _keys(dialect: str, nodes: Sequence[merkle.Node]) -> object:
+    keys = [key(node) for node in nodes]
+    return keys if dialect == "postgresql" else orjson.dumps(keys).decode()
+
+
+def _hashes(rows: Sequence[Sequence[object]]) -> dict[merkle.Node, bytes]:
+    return {_node(int(k)): bytes(h) for k, h in rows}  # type: ignore[arg-type, call-overload]
+
+
+@dataclasses.dataclass(frozen=True)
+class Growth:
+    """What appending leaves writes: their first leaf index, and the nodes they complete as
+    ``(key, hash)`` rows (written by ``store.decisions.insert``, with the Decisions)."""
+
+    first_leaf: int
+    nodes: list[tuple[int, bytes]]
+
+
+async def growth(conn: AsyncConnection, leaves: Sequence[bytes]) -> Growth:
+    """What appending the Decisions' JWS ``leaves`` writes, read in the caller's transaction
+    after their numbers are drawn (one statement: the frontier)."""
+    stored = _hashes(await direct.run(conn, _FRONTIER[conn.dialect.name], shift=LEVEL_SHIFT))
+    # The lowest subtree of the frontier ends at the newest leaf: (index + 1) << level is the size.
+    size = max(((index + 1) << level for level, index in stored), default=0)
+    frontier = [stored[node] for node in merkle.subtrees(0, size)]
+    completed = merkle.appended(frontier, size, [merkle.leaf_hash(leaf) for leaf in leaves])
+    return Growth(size, [(key(node), hash_) for node, hash_ in completed])
+
+
+async def write(conn: AsyncConnection, growth: Growth) -> None:
+    await direct.run_many(conn, _INSERT, [{"key": key_, "digest": hash_} for key_, hash_ in growth.nodes])
+
+
+async def size(store: Store) -> int:
+    """How many Decisions the tree holds (committed ones only)."""
+    [(count,)] = await store.fetch(_SIZE)
+    return int(count)
+
+
+async def leaf_index(store: Store, *, seq: int) -> int | None:
+    """The leaf of the Decision numbered ``seq``; None when there is no such Decision."""
+    rows = await store.fetch(_LEAF_INDEX, seq=seq)
+    return None if not rows or rows[0][0] is None else int(rows[0][0])
+
+
+def fetcher(store: Store) -> merkle.Fetch:
+    """Reads stored nodes for ``transparency.merkle``, all of a proof's in one statement."""
+
+    async def fetch(nodes: Sequence[merkle.Node]) -> Mapping[merkle.Node, bytes]:
+        return _hashes(await store.fetch(_NODES[store.dialect], keys=_keys(store.dialect, nodes)))
+
+    return fetch

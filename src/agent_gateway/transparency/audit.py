@@ -1,0 +1,199 @@
+"""Auditing the Decision log from outside: what ``agent-gateway audit`` does, over HTTP only.
+
+One round: fetch the signed checkpoint and verify it against the JWK Set;
+prove it consistent with the checkpoint remembered from the last round (the
+log only grew); fetch the Decisions added since, check each one's JWS and
+that, in seq order, they extend the remembered tree to the checkpoint's root.
+The state carries the tree's frontier (one hash per level, see
+``transparency.merkle``), so a round reads only what is new. The first thing
+that does not hold raises :class:`AuditFailure` naming the Decision or the
+checkpoint; nothing is remembered from a failed round.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import orjson
+from joserfc.jwk import Key
+
+from agent_gateway.signatures import verifier
+from agent_gateway.signatures.service import DECISION_TYP
+from agent_gateway.transparency import merkle, note
+
+PAGE = 200  # the spec's largest window
+TIMEOUT_S = 60
+
+
+class AuditFailure(Exception):
+    """The log does not hold up; the message names the first Decision or checkpoint that fails."""
+
+
+@dataclasses.dataclass(frozen=True)
+class State:
+    """What an auditor remembers between rounds: the last verified checkpoint and its tree's frontier."""
+
+    origin: str | None = None
+    size: int = 0
+    root: bytes = merkle.EMPTY_ROOT
+    last_seq: int = 0
+    frontier: tuple[bytes, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "origin": self.origin,
+            "size": self.size,
+            "root": _b64(self.root),
+            "lastSeq": self.last_seq,
+            "frontier": [_b64(hash_) for hash_ in self.frontier],
+        }
+
+    @classmethod
+    def from_json(cls, document: Any) -> State:
+        try:
+            state = cls(
+                document["origin"],
+                int(document["size"]),
+                base64.b64decode(document["root"]),
+                int(document["lastSeq"]),
+                tuple(base64.b64decode(hash_) for hash_ in document["frontier"]),
+            )
+        except (KeyError, TypeError, ValueError):
+            raise AuditFailure("the state file is not one agent-gateway audit wrote") from None
+        if len(state.frontier) != len(merkle.subtrees(0, state.size)):
+            raise AuditFailure("the state file is not one agent-gateway audit wrote")
+        return state
+
+
+@dataclasses.dataclass(frozen=True)
+class Report:
+    checkpoint: note.Checkpoint
+    decisions: int
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+class Auditor:
+    """Audits the log served at ``base_url`` (either server) against the JWK Set ``keys``."""
+
+    def __init__(self, client: httpx.Client, keys: list[Key]) -> None:
+        self._client = client
+        self._keys = keys
+
+    def audit(self, state: State) -> tuple[State, Report]:
+        """One round from ``state``; the new state and what was checked. Raises :class:`AuditFailure`."""
+        checkpoint = self._checkpoint(state.origin)
+        name = f"checkpoint {checkpoint.size}"
+        if checkpoint.size < state.size:
+            raise AuditFailure(f"{name}: the log shrank from the {state.size} Decisions of the remembered checkpoint")
+        if state.size:
+            body = self._get_json(f"/checkpoint/consistency?from={state.size}&to={checkpoint.size}", name)
+            try:
+                merkle.verify_consistency(state.size, checkpoint.size, state.root, checkpoint.root, _hashes(body, name))
+            except merkle.ProofError as exc:
+                raise AuditFailure(f"{name} is not consistent with remembered checkpoint {state.size}: {exc}") from None
+        last_seq, leaves = state.last_seq, []
+        for decision in self._decisions(state.last_seq, checkpoint.size - state.size, name):
+            self._check_signature(decision)
+            leaves.append(merkle.leaf_hash(decision["jws"].encode()))
+            last_seq = decision["seq"]
+        known = dict(zip(merkle.subtrees(0, state.size), state.frontier))
+        known.update(merkle.appended(state.frontier, state.size, leaves))
+        frontier = [known[node] for node in merkle.subtrees(0, checkpoint.size)]
+        root = merkle.fold(frontier) if frontier else merkle.EMPTY_ROOT
+        if root != checkpoint.root:
+            self._find_rewritten(state, checkpoint)
+            raise AuditFailure(f"{name}: the Decisions after seq {state.last_seq} do not rebuild its root")
+        new_state = State(checkpoint.origin, checkpoint.size, checkpoint.root, last_seq, tuple(frontier))
+        return new_state, Report(checkpoint, checkpoint.size - state.size)
+
+    def _checkpoint(self, origin: str | None) -> note.Checkpoint:
+        response = self._get("/checkpoint", "the checkpoint")
+        text = response.content
+        claimed = text.split(b"\n", 1)[0].decode(errors="replace")
+        if origin is not None and claimed != origin:
+            raise AuditFailure(f"the checkpoint names the log {claimed!r}, not the remembered {origin!r}")
+        keys = [key for jwk in self._keys for key in note.note_keys(claimed, jwk.as_dict())]
+        try:
+            return note.Checkpoint.parse(note.open_note(text, keys))
+        except note.NoteError as exc:
+            raise AuditFailure(f"the checkpoint does not verify against the JWK Set: {exc}") from None
+
+    def _decisions(self, after: int, count: int, name: str) -> Iterator[dict[str, Any]]:
+        """The ``count`` Decisions after seq ``after``, ascending, walking the log forwards."""
+        while count > 0:
+            page = self._get_json(f"/decisions?after={after}&limit={PAGE}", "the Decision log")["decisions"]
+            if not page:
+                raise AuditFailure(f"{name}: the log ends {count} Decisions short of it after seq {after}")
+            for decision in page[:count]:
+                if not isinstance(decision, dict) or not isinstance(decision.get("seq"), int) or decision["seq"] <= after:
+                    raise AuditFailure(f"the Decision log is out of order after seq {after}")
+                after = decision["seq"]
+                yield decision
+            count -= len(page[:count])
+
+    def _check_signature(self, decision: dict[str, Any]) -> None:
+        seq = decision["seq"]
+        jws = decision.get("jws")
+        verified = verifier.verify(jws, self._keys) if isinstance(jws, str) else None
+        if verified is None:
+            raise AuditFailure(f"Decision {seq}: its JWS does not verify against the JWK Set")
+        expected = {"seq": seq, "createdAt": decision.get("createdAt"), "statement": decision.get("statement")}
+        if verified.header.get("typ") != DECISION_TYP or verified.payload != expected:
+            raise AuditFailure(f"Decision {seq}: the record is not what its JWS signs")
+
+    def _find_rewritten(self, state: State, checkpoint: note.Checkpoint) -> None:
+        """Name the first Decision the checkpoint's tree does not hold where the log shows it."""
+        index = state.size
+        for decision in self._decisions(state.last_seq, checkpoint.size - state.size, f"checkpoint {checkpoint.size}"):
+            seq = decision["seq"]
+            body = self._get_json(f"/decisions/{seq}/proof?size={checkpoint.size}", f"Decision {seq}")
+            leaf = merkle.leaf_hash(decision["jws"].encode())
+            try:
+                if body.get("index") != index:
+                    raise merkle.ProofError(f"the tree has it as leaf {body.get('index')}")
+                merkle.verify_inclusion(index, checkpoint.size, leaf, _hashes(body, f"Decision {seq}"), checkpoint.root)
+            except merkle.ProofError as exc:
+                raise AuditFailure(
+                    f"Decision {seq} is not leaf {index} of checkpoint {checkpoint.size} as served: "
+                    f"rewritten, inserted or reordered ({exc})"
+                ) from None
+            index += 1
+
+    def _get(self, path: str, what: str) -> httpx.Response:
+        try:
+            response = self._client.get(path)
+        except httpx.HTTPError as exc:
+            raise AuditFailure(f"cannot fetch {what}: {exc}") from None
+        if response.status_code != 200:
+            raise AuditFailure(f"cannot fetch {what}: {path} answered {response.status_code}")
+        return response
+
+    def _get_json(self, path: str, what: str) -> Any:
+        try:
+            return orjson.loads(self._get(path, what).content)
+        except orjson.JSONDecodeError:
+            raise AuditFailure(f"{what}: {path} did not answer JSON") from None
+
+
+def _hashes(body: Any, what: str) -> list[bytes]:
+    try:
+        return [base64.b64decode(hash_, validate=True) for hash_ in body["hashes"]]
+    except (KeyError, TypeError, ValueError):
+        raise AuditFailure(f"{what}: the proof is malformed") from None
+
+
+def load_state(text: bytes | None) -> State:
+    """The state remembered in ``text``; a first round starts from the empty log."""
+    if text is None:
+        return State()
+    try:
+        return State.from_json(orjson.loads(text))
+    except orjson.JSONDecodeError:
+        raise AuditFailure("the state file is not one agent-gateway audit wrote") from None

@@ -1,0 +1,104 @@
+"""The auditable log, on both servers (the Public server's behind the bearer, as the Decision reads):
+GET /checkpoint, GET /checkpoint/consistency, GET /decisions/{seq}/proof."""
+
+from __future__ import annotations
+
+import base64
+from typing import Annotated, Any
+
+from fastapi import Depends, Query, Request
+from pydantic import BaseModel, Field
+from starlette.responses import Response
+
+from agent_gateway.auth import schemes
+from agent_gateway.http import params
+from agent_gateway.http.app import router as new_router
+from agent_gateway.http.routing import INT32_MAX, error_responses, json_response, parse_int
+from agent_gateway.transparency import service
+
+CHECKPOINT_MEDIA_TYPE = "text/plain; charset=utf-8"
+
+
+class InclusionOut(BaseModel):
+    index: int = Field(description="the Decision's leaf: its position in the log by seq, from 0")
+    treeSize: int
+    hashes: list[str] = Field(description="the RFC 9162 inclusion proof, base64")
+
+
+class ConsistencyOut(BaseModel):
+    from_: int = Field(alias="from")
+    to: int
+    hashes: list[str] = Field(description="the RFC 9162 consistency proof, base64; empty when from = to")
+
+
+SizeQuery = Annotated[str | None, Query(description="tree size (default: the current tree)")]
+FromQuery = Annotated[str | None, Query(alias="from", description="the older tree size, at least 1")]
+ToQuery = Annotated[str | None, Query(description="the newer tree size (default: the current tree)")]
+Authenticated = Annotated[schemes.Authenticated, Depends(schemes.authenticated)]
+
+agent = new_router()
+public = new_router()
+
+_CHECKPOINT = {
+    200: {
+        "content": {"text/plain": {"schema": {"type": "string"}}},
+        "description": "A C2SP tlog-checkpoint signed as a C2SP signed note by the gateway's key",
+    }
+}
+_CHECKPOINT_SUMMARY = "The signed checkpoint of the Decision log's Merkle tree"
+_PROOF = {200: {"model": InclusionOut}, **error_responses(404)}
+_PROOF_SUMMARY = "The inclusion proof of a Decision in the tree of a size"
+_CONSISTENCY = {200: {"model": ConsistencyOut}}
+_CONSISTENCY_SUMMARY = "The consistency proof between two sizes of the tree"
+
+
+def _b64(hashes: list[bytes]) -> list[str]:
+    return [base64.b64encode(hash_).decode() for hash_ in hashes]
+
+
+async def _checkpoint(request: Request) -> Response:
+    return Response(await request.app.state.checkpoints.latest(), media_type=CHECKPOINT_MEDIA_TYPE)
+
+
+async def _proof(request: Request, seq: str, size: str | None) -> Response:
+    number = params.seq_path(seq)
+    proof = await service.inclusion(request.app.state.store, number, parse_int("size", size, 1, INT32_MAX))
+    return json_response({"index": proof.index, "treeSize": proof.tree_size, "hashes": _b64(proof.hashes)})
+
+
+async def _consistency(request: Request, from_: str | None, to: str | None) -> Response:
+    old, new = parse_int("from", from_, 1, INT32_MAX), parse_int("to", to, 1, INT32_MAX)
+    new, hashes = await service.consistency(request.app.state.store, old, new)
+    return json_response({"from": old, "to": new, "hashes": _b64(hashes)})
+
+
+@agent.get("/checkpoint", response_class=Response, responses=_CHECKPOINT, summary=_CHECKPOINT_SUMMARY)
+async def checkpoint_agent(request: Request) -> Any:
+    return await _checkpoint(request)
+
+
+@agent.get("/checkpoint/consistency", responses=_CONSISTENCY, summary=_CONSISTENCY_SUMMARY)
+async def consistency_agent(request: Request, from_: FromQuery = None, to: ToQuery = None) -> Any:
+    return await _consistency(request, from_, to)
+
+
+@agent.get("/decisions/{seq}/proof", responses=_PROOF, summary=_PROOF_SUMMARY)
+async def proof_agent(request: Request, seq: str, size: SizeQuery = None) -> Any:
+    return await _proof(request, seq, size)
+
+
+@public.get(
+    "/checkpoint", response_class=Response, responses={**_CHECKPOINT, **error_responses(401)}, summary=_CHECKPOINT_SUMMARY
+)
+async def checkpoint_public(request: Request, _: Authenticated) -> Any:
+    return await _checkpoint(request)
+
+
+@public.get("/checkpoint/consistency", responses={**_CONSISTENCY, **error_responses(401)}, summary=_CONSISTENCY_SUMMARY)
+async def consistency_public(request: Request, _: Authenticated, from_: FromQuery = None, to: ToQuery = None) -> Any:
+    return await _consistency(request, from_, to)
+
+
+@public.get("/decisions/{seq}/proof", responses={**_PROOF, **error_responses(401)}, summary=_PROOF_SUMMARY)
+async def proof_public(request: Request, _: Authenticated, seq: str, size: SizeQuery = None) -> Any:
+    return await _proof(request, seq, size)

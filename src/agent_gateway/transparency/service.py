@@ -1,0 +1,102 @@
+"""The auditable Decision log: signed checkpoints, inclusion and consistency proofs.
+
+The tree (``store.tree``) is append-only by construction, so one size has one
+root: a checkpoint signed for a size is kept and answered again until the
+tree grows, and the gateway never signs two roots for one size.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+
+from cryptography.hazmat.primitives import serialization
+
+from agent_gateway import errors
+from agent_gateway.config import Settings
+from agent_gateway.decisions.service import DecisionNotFound
+from agent_gateway.signatures.identity import SigningIdentity
+from agent_gateway.store import tree
+from agent_gateway.store.engine import Store
+from agent_gateway.transparency import merkle, note
+
+ORIGIN_PREFIX = "agent-gateway/decisions/"
+
+
+def origin(settings: Settings, identity: SigningIdentity) -> str:
+    """``transparency.origin``, or by default a name that stays as long as the signing key:
+    ``agent-gateway/decisions/`` and the first 8 bytes of SHA-256 of its SubjectPublicKeyInfo, in hex."""
+    if settings.transparency_origin is not None:
+        return settings.transparency_origin
+    spki = identity.key.public_key.public_bytes(
+        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    return ORIGIN_PREFIX + hashlib.sha256(spki).hexdigest()[:16]
+
+
+def signer(settings: Settings, identity: SigningIdentity) -> note.NoteSigner:
+    return note.NoteSigner(origin(settings, identity), identity.key, identity.algorithm)
+
+
+@dataclasses.dataclass(frozen=True)
+class Inclusion:
+    index: int
+    tree_size: int
+    hashes: list[bytes]
+
+
+class Checkpoints:
+    """Signs the checkpoint of the current tree, once per size."""
+
+    def __init__(self, store: Store, signer: note.NoteSigner) -> None:
+        self._store = store
+        self._signer = signer
+        self._latest: tuple[int, bytes] | None = None
+
+    async def latest(self) -> bytes:
+        """The signed note of the tree as it is now (c2sp.org/tlog-checkpoint)."""
+        size = await tree.size(self._store)
+        latest = self._latest
+        if latest is not None and latest[0] >= size:
+            # Another request already signed this size, or a later one (which is as current).
+            return latest[1]
+        root = await merkle.root(tree.fetcher(self._store), size)
+        signed = self._signer.sign(note.Checkpoint(self._signer.origin, size, root).text())
+        if self._latest is None or self._latest[0] < size:
+            self._latest = (size, signed)
+        return signed
+
+
+async def inclusion(store: Store, seq: int, size: int | None) -> Inclusion:
+    """The RFC 9162 inclusion proof of Decision ``seq`` in the tree of ``size`` (default: the
+    current tree). Raises :class:`DecisionNotFound` for a number with no Decision and
+    :class:`errors.InvalidInput` for a size that does not hold it or that the tree has not reached."""
+    index = await tree.leaf_index(store, seq=seq)
+    if index is None:
+        raise DecisionNotFound()
+    current = await tree.size(store)
+    if size is None:
+        size = current
+    if size <= index:
+        raise errors.InvalidInput(f"size must be at least {index + 1}: Decision {seq} is leaf {index}")
+    if size > current:
+        raise errors.InvalidInput(f"size must be at most {current}, the size of the tree")
+    return Inclusion(index, size, await merkle.inclusion_proof(tree.fetcher(store), index, size))
+
+
+async def consistency(store: Store, old: int | None, new: int | None) -> tuple[int, list[bytes]]:
+    """The RFC 9162 consistency proof from the tree of ``old`` leaves to that of ``new`` (default:
+    the current tree), none when they are equal, with ``new``. Raises :class:`errors.InvalidInput`
+    unless 1 <= ``old`` <= ``new`` <= the tree's size."""
+    if old is None:
+        raise errors.InvalidInput("from is required")
+    if old < 1:
+        raise errors.InvalidInput("from must be at least 1")
+    current = await tree.size(store)
+    if new is None:
+        new = current
+    if old > new:
+        raise errors.InvalidInput(f"from must not be larger than to ({new})")
+    if new > current:
+        raise errors.InvalidInput(f"to must be at most {current}, the size of the tree")
+    return new, await merkle.consistency_proof(tree.fetcher(store), old, new)

@@ -1,0 +1,31 @@
+"""``agent-gateway keys show``: the checkpoints' origin and verifier key, and the JWK Set."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+
+from agent_gateway import config, deployment
+from agent_gateway.signatures.identity import SigningIdentity
+from agent_gateway.transparency import note
+from tests.served import run_cli
+
+
+def test_keys_show_prints_the_origin_and_the_vkey_of_the_deployment_s_key(tmp_path: Path) -> None:
+    deployment.write(tmp_path / "d")
+    gateway_toml = tmp_path / "d" / "gateway.toml"
+    result = run_cli("keys", "show", config=gateway_toml)
+    assert result.returncode == 0, result.stderr
+    shown = orjson.loads(result.stdout)
+    identity = SigningIdentity.from_settings(config.load(gateway_toml, environ={}))
+    assert shown["jwks"] == identity.jwks()
+    assert shown["origin"].startswith("agent-gateway/decisions/")
+    [key] = note.note_keys(shown["origin"], shown["jwks"]["keys"][0])
+    assert shown["vkey"] == key.vkey() and shown["vkey"].startswith(shown["origin"] + "+")
+    # The same deployment shows the same origin every time; the setting replaces it.
+    assert orjson.loads(run_cli("keys", "show", config=gateway_toml).stdout)["origin"] == shown["origin"]
+    named = run_cli("keys", "show", config=gateway_toml, env={"AGENT_GATEWAY_TRANSPARENCY_ORIGIN": "example.com/log"})
+    assert orjson.loads(named.stdout)["origin"] == "example.com/log"
+    bad = run_cli("keys", "show", config=gateway_toml, env={"AGENT_GATEWAY_TRANSPARENCY_ORIGIN": "a b"})
+    assert bad.returncode == 1 and "transparency.origin" in bad.stderr

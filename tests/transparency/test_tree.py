@@ -1,0 +1,148 @@
+"""The stored Merkle tree: grown with every committed Decision, in seq order, and built by migration 0002."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import orjson
+import pytest
+import sqlalchemy as sa
+
+from agent_gateway import deployment
+from agent_gateway.decisions import service
+from agent_gateway.signatures import keys
+from agent_gateway.signatures.identity import SigningIdentity
+from agent_gateway.signatures.service import DECISION_TYP
+from agent_gateway.store import migrate, tree
+from agent_gateway.store.engine import Store, create_engine
+from agent_gateway.store.window import Window
+from agent_gateway.transparency import merkle
+from tests import served
+from tests.foundation.conftest import empty_database_url  # noqa: F401
+from tests.transparency.test_merkle import mth
+
+identity = SigningIdentity(keys.generate_pem("ed25519"))
+
+
+async def assert_tree_is_the_log(store: Store) -> list[service.Decision]:
+    """The stored tree is exactly the RFC 9162 tree over the log's JWS, in seq order."""
+    log = await service.read(store, Window(after=0, limit=200))
+    assert await tree.size(store) == len(log)
+    for index, decision in enumerate(log):
+        assert await tree.leaf_index(store, seq=decision.seq) == index
+    leaves = [decision.jws.encode() for decision in log]
+    fetch = tree.fetcher(store)
+    root = await merkle.root(fetch, len(log))
+    assert root == mth(leaves)
+    for index in range(len(log)):
+        proof = await merkle.inclusion_proof(fetch, index, len(log))
+        merkle.verify_inclusion(index, len(log), merkle.leaf_hash(leaves[index]), proof, root)
+    return log
+
+
+async def test_every_committed_decision_is_a_leaf_in_seq_order_across_processes(database_url: str) -> None:
+    stores = [Store(database_url) for _ in range(3)]
+
+    async def publish_alone(store: Store, name: str) -> None:
+        for index in range(8):
+            async with store.transaction() as conn:
+                await service.publish(conn, identity, f"{name}-{index}")
+
+    async def publish_batched(store: Store, name: str) -> None:
+        publisher = service.Publisher(store, identity)
+        await asyncio.gather(*(publisher.publish(f"{name}-{index}") for index in range(12)))
+
+    async def rolled_back(store: Store) -> None:
+        class Abandon(Exception):
+            pass
+
+        with pytest.raises(Abandon):
+            async with store.transaction() as conn:
+                await service.publish(conn, identity, "never committed")
+                raise Abandon
+
+    try:
+        await asyncio.gather(
+            publish_alone(stores[0], "a"), publish_batched(stores[1], "b"), publish_alone(stores[2], "c"), rolled_back(stores[0])
+        )
+        log = await assert_tree_is_the_log(stores[0])
+        assert len(log) == 28 and "never committed" not in [d.statement for d in log]
+    finally:
+        for store in stores:
+            await store.close()
+
+
+def _run(url: str, coroutine_factory) -> object:  # type: ignore[no-untyped-def]
+    async def main() -> object:
+        engine = create_engine(url)
+        try:
+            return await coroutine_factory(engine)
+        finally:
+            await engine.dispose()
+
+    return asyncio.run(main())
+
+
+def test_migrate_from_0001_builds_the_tree_of_the_decisions_already_there(
+    tmp_path: Path,
+    empty_database_url: str,  # noqa: F811
+) -> None:
+    url = empty_database_url
+    if url.startswith("sqlite"):
+        migrate.create_sqlite_file(url)
+    # A log written by revision 0001, with the gaps a rolled-back publish leaves.
+    numbers = [1, 2, 4, 5, 6, 9, 10, 11, 12, 20]
+
+    async def at_0001(engine) -> None:  # type: ignore[no-untyped-def]
+        await migrate.upgrade(engine, "0001")
+        rows = []
+        for seq in numbers:
+            payload = orjson.dumps({"seq": seq, "createdAt": "2026-11-21T23:03:30.123Z", "statement": f"s{seq}"})
+            rows.append(
+                {"seq": seq, "statement": f'"s{seq}"', "jws": identity.sign(payload, DECISION_TYP), "created_at": "2026-11-21T23:03:30.123Z"}
+            )
+        insert = sa.table("decisions", *(sa.column(name) for name in rows[0])).insert()
+        async with engine.begin() as conn:
+            await conn.execute(insert, rows)
+            if conn.dialect.name == "postgresql":
+                await conn.execute(sa.text("SELECT setval('decisions_seq_seq', 20)"))
+
+    _run(url, at_0001)
+    deployment.write(tmp_path / "d")
+    result = served.run_cli(
+        "migrate", config=tmp_path / "d" / "gateway.toml", env={"AGENT_GATEWAY_DATABASE_URL": url}
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "upgraded from revision 0001 to 0002"
+
+    async def check() -> None:
+        store = Store(url)
+        try:
+            log = await assert_tree_is_the_log(store)
+            assert [d.seq for d in log] == numbers
+            old_root = await merkle.root(tree.fetcher(store), len(numbers))
+            async with store.transaction() as conn:
+                await service.publish_many(conn, identity, ["after", "the migration"])
+            log = await assert_tree_is_the_log(store)
+            assert [d.seq for d in log][-2:] == [21, 22]
+            new_root = await merkle.root(tree.fetcher(store), len(log))
+            proof = await merkle.consistency_proof(tree.fetcher(store), len(numbers), len(log))
+            merkle.verify_consistency(len(numbers), len(log), old_root, new_root, proof)
+        finally:
+            await store.close()
+
+    asyncio.run(check())
+
+
+async def test_the_tree_is_right_after_every_batch_whatever_the_sizes(store: Store) -> None:
+    """Every frontier shape (each bit pattern of the size up to 70) is read back and extended."""
+    leaves: list[bytes] = []
+    batch = 1
+    while len(leaves) < 70:
+        async with store.transaction() as conn:
+            published = await service.publish_many(conn, identity, [f"s{len(leaves) + n}" for n in range(batch)])
+        leaves.extend(decision.jws.encode() for decision in published)
+        assert await tree.size(store) == len(leaves)
+        assert await merkle.root(tree.fetcher(store), len(leaves)) == mth(leaves)
+        batch = batch % 5 + 1
