@@ -70,6 +70,10 @@ class Worker:
         recovered = False
         self.active = True
         try:
+            # A long-lived agent (the persistent runtime) starts with the leadership and stops with it.
+            start = getattr(self.runtime, "start", None)
+            if start is not None:
+                await start()
             while not self._stop.is_set():
                 try:
                     if not recovered:
@@ -86,6 +90,9 @@ class Worker:
         finally:
             self.active = False
             self.store.unsubscribe(service.CHANNEL, subscription)
+            close = getattr(self.runtime, "close", None)
+            if close is not None:
+                await asyncio.shield(close())
 
     async def recover(self) -> None:
         """Fail the Signals (and their unfinished Runs) a stopped process left ``processing``."""
