@@ -37,6 +37,8 @@ from tests.served import ServedGateway
 # No Handler: the write path is measured without an agent process per Message.
 NO_HANDLERS = {"AGENT_GATEWAY_HANDLERS": "{}"}
 ECHO = {
+    # One echo process per Run (the figure before the persistent runtime; bench.agent measures that).
+    "AGENT_GATEWAY_RUNTIME_MODE": "per-run",
     "AGENT_GATEWAY_RUNTIME_COMMAND": orjson.dumps([sys.executable, "-m", "agent_gateway.runtimes.echo"]).decode(),
     "AGENT_GATEWAY_HANDLERS": orjson.dumps(
         {

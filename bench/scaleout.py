@@ -123,6 +123,7 @@ async def failover(directory: Path, url: str, rounds: int) -> None:
     agent, record = directory / "agent.py", directory / "runs.log"
     agent.write_text(AGENT)
     extra = {
+        "AGENT_GATEWAY_RUNTIME_MODE": "per-run",  # init configures the persistent runtime
         "AGENT_GATEWAY_RUNTIME_COMMAND": json.dumps([sys.executable, str(agent), str(record)]),
         "AGENT_GATEWAY_HANDLERS": json.dumps({KIND: {"template": "run"}}),
     }

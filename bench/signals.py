@@ -1,6 +1,7 @@
 """Signal Worker benchmarks: emit-commit → Run-start latency, and Signals drained per second.
 
     python -m bench.signals [--backend sqlite|postgresql|both] [--latency-samples N] [--drain N] [--command-drain N]
+                            [--persistent-drain N]
 
 All in one process on a fresh database (``harness.database``): the worker of a
 started ``Gateway`` with a Handler that makes one Prompt per Signal, on uvloop's event
@@ -13,6 +14,8 @@ loop as in ``serve``.
   that returns at once (target ≥ 300/s) — each Signal is a claim, one Run
   recorded, started and ended, and the Signal finished.
 - drained/s with the command runtime running ``/bin/true`` (one process per Run).
+- drained/s with the persistent runtime and an agent that answers each Run at
+  once (``INSTANT_AGENT``): the worker's own cost plus one JSON-lines round trip.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import argparse
 import asyncio
 import shutil
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -39,6 +43,13 @@ from agent_gateway.store.tables import signals
 from bench import harness
 
 KIND = "bench"
+# A persistent agent that answers every Run done at once.
+INSTANT_AGENT = (
+    "import json, sys\n"
+    "for line in sys.stdin:\n"
+    "    sys.stdout.write(json.dumps({'type': 'done', 'run': json.loads(line)['run']['id']}) + '\\n')\n"
+    "    sys.stdout.flush()\n"
+)
 EMIT_BATCH = 200
 SIGNING_KEY = keys.generate_pem("ed25519").decode()
 
@@ -55,12 +66,15 @@ class Instant:
         self.reached.set()
 
 
-def _settings(url: str, workdir: Path, command: tuple[str, ...] | None = None) -> config.Settings:
+def _settings(
+    url: str, workdir: Path, command: tuple[str, ...] | None = None, mode: str = "per-run"
+) -> config.Settings:
     return config.Settings(
         token_ttl_ms=3_600_000,
         database_url=url,
         signing_key_pem=SIGNING_KEY,
         runtime_command=command,
+        runtime_mode=mode,
         runtime_workdir=workdir,
         handlers={KIND: {"template": "Signal {{ n }}", "session": "bench"}},
     )
@@ -88,7 +102,7 @@ async def latency(url: str, workdir: Path, samples: int) -> list[float]:
         await gateway.stop()
 
 
-async def drain(url: str, workdir: Path, count: int, command: tuple[str, ...] | None) -> float:
+async def drain(url: str, workdir: Path, count: int, command: tuple[str, ...] | None, mode: str = "per-run") -> float:
     """Queue ``count`` Signals, start a gateway, and time until none is pending or processing."""
     store = Store(url)
     try:
@@ -98,7 +112,7 @@ async def drain(url: str, workdir: Path, count: int, command: tuple[str, ...] | 
                     await service.emit(conn, KIND, {"n": n})
     finally:
         await store.close()
-    gateway = Gateway(_settings(url, workdir, command))
+    gateway = Gateway(_settings(url, workdir, command, mode))
     if command is None:
         gateway.runtime = Instant()
     began = time.perf_counter()
@@ -125,7 +139,7 @@ def percentile(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
 
 
-def bench(backend: str, samples: int, drained: int, command_drained: int) -> None:
+def bench(backend: str, samples: int, drained: int, command_drained: int, persistent_drained: int) -> None:
     true = shutil.which("true") or "/bin/true"
     with tempfile.TemporaryDirectory(prefix="agw-bench-signals-") as tmp:
         directory = Path(tmp)
@@ -137,15 +151,18 @@ def bench(backend: str, samples: int, drained: int, command_drained: int) -> Non
             f"p50 {statistics.median(delays):.2f} ms  p90 {percentile(delays, 90):.2f} ms  "
             f"p99 {percentile(delays, 99):.2f} ms  max {max(delays):.2f} ms"
         )
-    for label, count, command in (
-        ("in-process runtime", drained, None),
-        (f"command runtime ({true})", command_drained, (true,)),
+    for label, count, command, mode in (
+        ("in-process runtime", drained, None, "per-run"),
+        (f"command runtime ({true})", command_drained, (true,), "per-run"),
+        ("persistent runtime (an agent answering at once)", persistent_drained, (sys.executable, "-c", INSTANT_AGENT), "persistent"),
     ):
+        if not count:
+            continue
         with tempfile.TemporaryDirectory(prefix="agw-bench-signals-") as tmp:
             directory = Path(tmp)
             with harness.database(backend, directory) as url:
                 asyncio.run(migrate.upgrade_url(url))
-                rate = uvloop.run(drain(url, directory / "ws", count, command))
+                rate = uvloop.run(drain(url, directory / "ws", count, command, mode))
         print(f"{backend:<10} drained, {label}: {rate:,.0f} Signals/s ({count} Signals)")
 
 
@@ -155,9 +172,10 @@ def main() -> None:
     parser.add_argument("--latency-samples", type=int, default=1000)
     parser.add_argument("--drain", type=int, default=3000)
     parser.add_argument("--command-drain", type=int, default=500)
+    parser.add_argument("--persistent-drain", type=int, default=3000)
     args = parser.parse_args()
     for backend in ("sqlite", "postgresql") if args.backend == "both" else (args.backend,):
-        bench(backend, args.latency_samples, args.drain, args.command_drain)
+        bench(backend, args.latency_samples, args.drain, args.command_drain, args.persistent_drain)
 
 
 if __name__ == "__main__":

@@ -31,6 +31,8 @@ MAX_SCRYPT_LOGN = 20
 MAX_TOKEN_TTL_MS = 100 * 365 * 24 * 3600 * 1000
 # hashlib.scrypt refuses a maxmem above INT_MAX.
 MAX_SCRYPT_MEMORY_BYTES = 2**31 - 1
+# "per-run" starts [runtime] command for each Run; "persistent" starts it once and hands it Runs as JSON lines.
+RUNTIME_MODES = ("per-run", "persistent")
 
 
 class SettingsError(Exception):
@@ -102,6 +104,7 @@ class Settings:
     agent_max_connections: int = 1_000
     runtime_command: tuple[str, ...] | None = None
     runtime_workdir: Path | None = None
+    runtime_mode: str = "per-run"
     handlers: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
     signals_setup: str | None = None
     log_level: str = "INFO"
@@ -192,6 +195,13 @@ def _command(value: Any) -> tuple[str, ...]:
     return tuple(items)
 
 
+def _runtime_mode(value: Any) -> str:
+    mode = _str(value)
+    if mode not in RUNTIME_MODES:
+        raise ValueError('must be "per-run" or "persistent"')
+    return mode
+
+
 def _handlers(value: Any) -> dict[str, dict[str, Any]]:
     table = _json_or(dict)(value)
     for kind, handler in table.items():
@@ -275,6 +285,7 @@ _KEYS = (
     _Key(("agent", "max_connections"), "agent_max_connections", _positive_int),
     _Key(("runtime", "command"), "runtime_command", _command),
     _Key(("runtime", "workdir"), "runtime_workdir", _str, is_path=True),
+    _Key(("runtime", "mode"), "runtime_mode", _runtime_mode),
     _Key(("handlers",), "handlers", _handlers),
     _Key(("signals", "setup"), "signals_setup", _str),
     _Key(("log", "level"), "log_level", _log_level),

@@ -63,10 +63,12 @@ level = "INFO"
 # The agent: the demo echo agent answers each Message, until you point it at your own.
 RUNTIME_TEMPLATE = """
 [runtime]
-# The agent program started for each Run: argv, no shell. {session}, {run_id} and
-# {signal_id} in an argument are replaced per Run. It reads the Prompt on stdin and
-# calls the Agent server at $AGENT_SERVER_URL.
+# The agent program: argv, no shell. It calls the Agent server at $AGENT_SERVER_URL.
 command = [@PYTHON@, "-m", "agent_gateway.runtimes.echo"]
+# "persistent": started once and handed one Run at a time as JSON lines on stdin/stdout
+# (see the README). "per-run": started for each Run, with the Prompt on stdin and
+# {session}, {run_id} and {signal_id} in an argument replaced per Run.
+mode = "persistent"
 # Its working directory (the Workspace), created when missing.
 workdir = "workspace"
 

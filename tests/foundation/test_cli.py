@@ -7,6 +7,7 @@ import json
 import re
 import stat
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -74,6 +75,9 @@ def test_init_writes_a_config_and_a_private_key(tmp_path: Path) -> None:
     assert key_file.read_bytes().startswith(b"-----BEGIN PRIVATE KEY-----")  # PKCS#8
     settings = config.load(config_file, environ={})
     assert settings.signing_key_file == key_file.resolve()
+    # The demo echo agent, kept warm by the persistent runtime.
+    assert settings.runtime_command == (sys.executable, "-m", "agent_gateway.runtimes.echo")
+    assert settings.runtime_mode == "persistent"
 
 
 def test_init_refuses_to_overwrite(tmp_path: Path) -> None:

@@ -36,6 +36,7 @@ def test_defaults(tmp_path: Path) -> None:
     assert settings.signing_key_file is None
     assert settings.signing_algorithm is None
     assert settings.runtime_command is None
+    assert settings.runtime_mode == "per-run"
     assert settings.handlers == {}
     assert settings.log_level == "INFO"
 
@@ -62,6 +63,7 @@ workers = 3
 [runtime]
 command = ["python", "-m", "agent"]
 workdir = "/srv/work"
+mode = "persistent"
 [handlers."message.received"]
 template = "hello {{ userId }}"
 [log]
@@ -86,6 +88,7 @@ def test_toml_values(tmp_path: Path) -> None:
     assert settings.http_workers == 3
     assert settings.runtime_command == ("python", "-m", "agent")
     assert settings.runtime_workdir == Path("/srv/work")
+    assert settings.runtime_mode == "persistent"
     assert settings.handlers == {"message.received": {"template": "hello {{ userId }}"}}
     assert settings.log_level == "DEBUG"
 
@@ -109,6 +112,7 @@ OVERRIDES = [
     ("AGENT_GATEWAY_HTTP_WORKERS", "64", "http_workers", 64),
     ("AGENT_GATEWAY_RUNTIME_COMMAND", '["echo", "hi"]', "runtime_command", ("echo", "hi")),
     ("AGENT_GATEWAY_RUNTIME_WORKDIR", "/other/work", "runtime_workdir", Path("/other/work")),
+    ("AGENT_GATEWAY_RUNTIME_MODE", "per-run", "runtime_mode", "per-run"),
     ("AGENT_GATEWAY_HANDLERS", '{"k": {"template": "t"}}', "handlers", {"k": {"template": "t"}}),
     ("AGENT_GATEWAY_LOG_LEVEL", "warning", "log_level", "WARNING"),
 ]
@@ -257,6 +261,12 @@ def test_bad_listen_address(tmp_path: Path, value: str) -> None:
     assert "public.listen" in refused(tmp_path, REQUIRED + f'[public]\nlisten = "{value}"\n')
     message = refused(tmp_path, REQUIRED, {"AGENT_GATEWAY_AGENT_LISTEN": value})
     assert "agent.listen" in message and "AGENT_GATEWAY_AGENT_LISTEN" in message
+
+
+@pytest.mark.parametrize("value", ['"Persistent"', '"rpc"', '""', "1"])
+def test_bad_runtime_mode(tmp_path: Path, value: str) -> None:
+    message = refused(tmp_path, REQUIRED + f"[runtime]\nmode = {value}\n")
+    assert "runtime.mode" in message and ('"per-run" or "persistent"' in message or "string" in message)
 
 
 def test_listen_address_must_be_a_string(tmp_path: Path) -> None:

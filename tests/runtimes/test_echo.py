@@ -14,6 +14,7 @@ import pytest
 from agent_gateway.config import Address
 from agent_gateway.runtimes import echo
 from agent_gateway.runtimes.command import CommandRuntime
+from agent_gateway.runtimes.persistent import PersistentRuntime
 from agent_gateway.runtimes.runtime import RunFailed
 from agent_gateway.signals.handlers import TemplateHandler
 
@@ -96,7 +97,7 @@ async def test_echo_fails_the_run_when_no_user_is_named(agent_server: AgentServe
     with pytest.raises(RunFailed) as failed:
         await CommandRuntime(ECHO, agent_server_url=agent_server.url).run(a_run("hello", "run_1"))
     assert failed.value.message == (
-        "the agent program exited with status 2; stderr ends with:\n"
+        "the agent program exited with status 1; stderr ends with:\n"
         "echo: neither the Session nor the Prompt names a User; nothing to answer"
     )
     assert agent_server.posts == []
@@ -107,7 +108,7 @@ async def test_echo_fails_the_run_when_the_agent_server_refuses(agent_server: Ag
     with pytest.raises(RunFailed) as failed:
         await CommandRuntime(ECHO, agent_server_url=agent_server.url).run(a_run("hello", f"user_{USER}"))
     assert failed.value.message.startswith(
-        "the agent program exited with status 1; stderr ends with:\necho: POST /messages answered 404: "
+        "the agent program exited with status 1; stderr ends with:\n404 Not Found: no such User"
     )
     assert "no such User" in failed.value.message
 
@@ -117,7 +118,7 @@ async def test_echo_fails_the_run_when_the_agent_server_is_unreachable(agent_ser
     agent_server.http.server_close()
     with pytest.raises(RunFailed) as failed:
         await CommandRuntime(ECHO, agent_server_url=agent_server.url).run(a_run("hello", f"user_{USER}"))
-    assert f"echo: the Agent server at {agent_server.url} did not answer" in failed.value.message
+    assert f"Unreachable: the Agent server at {agent_server.url} did not answer" in failed.value.message
 
 
 async def test_a_message_signal_is_answered_through_the_agent_server(
@@ -137,3 +138,42 @@ async def test_a_message_signal_is_answered_through_the_agent_server(
     assert (run.session, run.prompt, run.state) == (f"user_{USER}", f"A message from user {USER}:\n\nping", "done")
     assert agent_server.posts == [("/messages", {"userId": USER, "text": "echo: ping"})]
     assert isinstance(gateway.handlers.get("message.received"), TemplateHandler)
+
+
+async def test_echo_kept_warm_answers_each_run_and_fails_only_the_bad_ones(agent_server: AgentServer) -> None:
+    """``init``'s setup: the persistent runtime hands the one echo process every Run."""
+    runtime = PersistentRuntime(ECHO, agent_server_url=agent_server.url)
+    try:
+        await runtime.run(a_run("first", f"user_{USER}"))
+        with pytest.raises(RunFailed) as failed:
+            await runtime.run(a_run("hello", "run_1"))
+        assert failed.value.message == "echo: neither the Session nor the Prompt names a User; nothing to answer"
+        agent_server.status = 404
+        with pytest.raises(RunFailed) as refused:
+            await runtime.run(a_run("refused", f"user_{USER}"))
+        assert refused.value.message == "404 Not Found: no such User"
+        agent_server.status = 201
+        await runtime.run(a_run(f"A message from user {USER}:\n\nsecond", "run_2"))
+    finally:
+        await runtime.close()
+    assert [body for _, body in agent_server.posts] == [
+        {"userId": USER, "text": "echo: first"},
+        {"userId": USER, "text": "echo: refused"},
+        {"userId": USER, "text": "echo: second"},
+    ]
+
+
+async def test_a_message_signal_is_answered_by_the_persistent_echo(
+    make_gateway: GatewayFactory, agent_server: AgentServer
+) -> None:
+    gateway = await make_gateway(
+        agent_listen=agent_server.address,
+        runtime_command=ECHO,
+        runtime_mode="persistent",
+        handlers={"message.received": {"template": DEFAULT_TEMPLATE, "session": "user_{{ userId }}"}},
+    )
+    for text in ("ping", "pong"):
+        payload = {"id": "m1", "userId": USER, "direction": "inbound", "seq": 1, "text": text, "createdAt": "x"}
+        signal = await finished(gateway.store, await emit(gateway.store, "message.received", payload))
+        assert (signal.state, signal.error) == ("done", None)
+    assert [body["text"] for _, body in agent_server.posts] == ["echo: ping", "echo: pong"]

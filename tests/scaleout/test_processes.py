@@ -117,6 +117,7 @@ def deployment(directory: Path, database_url: str) -> Iterator[Deployment]:
     common = {
         "AGENT_GATEWAY_DATABASE_URL": database_url,
         "AGENT_GATEWAY_AUTH_SCRYPT_LOGN": "10",
+        "AGENT_GATEWAY_RUNTIME_MODE": "per-run",  # init configures the persistent runtime
         "AGENT_GATEWAY_RUNTIME_COMMAND": json.dumps([sys.executable, str(agent), str(record), "{run_id}"]),
         "AGENT_GATEWAY_HANDLERS": json.dumps({"message.received": {"template": "{{ text }}"}}),
     }

@@ -26,6 +26,7 @@ async def test_a_killed_gateway_fails_the_running_signal_and_runs_the_pending_on
 ) -> None:
     agent_program = AgentProgram(tmp_path)
     env = {
+        "AGENT_GATEWAY_RUNTIME_MODE": "per-run",  # the agent program reads one Prompt and exits
         "AGENT_GATEWAY_RUNTIME_COMMAND": json.dumps(
             [sys.executable, str(AGENT_PROGRAM), str(agent_program.record), "hang", "{run_id}"]
         ),
@@ -84,6 +85,7 @@ async def test_stopping_a_served_gateway_mid_run_stops_the_agent_and_records_why
 ) -> None:
     agent_program = AgentProgram(tmp_path)
     env = {
+        "AGENT_GATEWAY_RUNTIME_MODE": "per-run",
         "AGENT_GATEWAY_RUNTIME_COMMAND": json.dumps([sys.executable, str(AGENT_PROGRAM), str(agent_program.record), "hang"]),
         "AGENT_GATEWAY_HANDLERS": json.dumps(HANDLERS),
     }

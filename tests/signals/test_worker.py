@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 
 import pytest
@@ -21,6 +22,7 @@ from tests.signals.conftest import (
     runs_of,
     signal_of,
     stop_worker,
+    until,
 )
 
 MESSAGE = {"id": "m-1", "userId": "0b7c5e4e-52c3-4a83-a7a4-0ad3c1b8f7a2", "direction": "inbound", "seq": 1,
@@ -366,3 +368,60 @@ async def test_a_worker_failure_mid_signal_still_ends_the_signal_and_its_runs(
     assert (run.state, run.error) == ("failed", expected)
     assert run.ended_at is not None
     assert (await finished(gateway.store, fine)).state == "done"
+
+
+class PlainPython:
+    """A Python Handler (not inline): the worker asks it outside any transaction."""
+
+    def handle(self, signal: Signal) -> list[Prompt]:
+        return [Prompt(f"python {signal.payload['n']}", "python")]
+
+
+@pytest.mark.parametrize(("kind", "inline"), [("template", True), ("python", False)])
+async def test_an_inline_handler_s_signal_is_claimed_its_run_recorded_and_started_in_one_commit(
+    make_gateway: GatewayFactory, monkeypatch: pytest.MonkeyPatch, kind: str, inline: bool
+) -> None:
+    """The worker's commits per single-Run Signal: one with a [handlers] template, two with Python."""
+    runtime = Recording()
+    gateway = await make_gateway(
+        runtime, register={"python": PlainPython()}, handlers={"template": {"template": "template {{ n }}"}}
+    )
+    assert gateway.worker is not None
+    await until(lambda: gateway.worker.active)
+    transactions = 0
+    original = gateway.store.transaction
+
+    @contextlib.asynccontextmanager
+    async def counted():  # type: ignore[no-untyped-def]
+        nonlocal transactions
+        transactions += 1
+        async with original() as conn:
+            yield conn
+
+    monkeypatch.setattr(gateway.store, "transaction", counted)
+    count = 10
+    async with gateway.store.transaction() as conn:  # all queued at once
+        ids = [await service.emit(conn, kind, {"n": n}) for n in range(count)]
+    for signal_id in ids:
+        assert (await finished(gateway.store, signal_id)).state == "done"
+        [run] = await runs_of(gateway.store, signal_id)
+        assert run.state == "done" and run.started_at is not None and run.ended_at is not None
+    await until_idle(gateway)
+    assert [run.prompt for run in runtime.runs] == [f"{kind} {n}" for n in range(count)]
+    # The emit, the first claim, one per Signal (two without inline), the claim that finds
+    # none, and perhaps the recovery of a worker that had only just started leading.
+    if inline:
+        assert transactions <= count + 4
+    else:
+        assert transactions >= 2 * count + 1
+
+
+async def until_idle(gateway) -> None:  # type: ignore[no-untyped-def]
+    """Wait until the worker has nothing pending or processing."""
+
+    async def idle() -> bool:
+        async with gateway.store.read() as conn:
+            signals = await service.list_signals(conn, 200, None)
+        return all(signal.state in ("done", "failed") for signal in signals)
+
+    await until(idle)

@@ -5,6 +5,10 @@
 :class:`RunFailed` means ``failed`` with that message; any other exception
 fails the Run too, with the exception named. No timeout is imposed. When the
 gateway stops during a Run, the call is cancelled and must stop its work.
+
+A runtime may also have ``async start()``, which the Signal Worker awaits when
+it starts leading (to warm a long-lived agent up), and ``async close()``, which
+it awaits when it stops leading or the gateway stops (to stop that agent).
 """
 
 from __future__ import annotations
@@ -41,12 +45,14 @@ def agent_server_url(address: Address) -> str:
 
 
 def from_settings(settings: Settings) -> Runtime:
-    """The command runtime of ``[runtime]``, or :class:`NoRuntime` when no command is set."""
+    """The runtime ``[runtime] mode`` names for ``[runtime] command``, or :class:`NoRuntime` when no command is set."""
     from agent_gateway.runtimes.command import CommandRuntime
+    from agent_gateway.runtimes.persistent import PersistentRuntime
 
     if settings.runtime_command is None:
         return NoRuntime()
-    return CommandRuntime(
+    kind = PersistentRuntime if settings.runtime_mode == "persistent" else CommandRuntime
+    return kind(
         settings.runtime_command,
         agent_server_url=agent_server_url(settings.agent_listen),
         workdir=settings.runtime_workdir,

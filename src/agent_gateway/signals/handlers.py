@@ -74,6 +74,10 @@ class Handlers:
 class TemplateHandler:
     """The declarative Handler of a ``[handlers."<kind>"]`` table: one Prompt per Signal."""
 
+    # handle() is plain, pure and quick: the Signal Worker renders the Prompt inside the
+    # transaction that claims the Signal, and records and starts its Run there too.
+    inline = True
+
     def __init__(self, kind: str, template: str, session: str | None = None) -> None:
         self.kind = kind
         self.template = _ENVIRONMENT.from_string(template)

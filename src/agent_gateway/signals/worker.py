@@ -11,8 +11,11 @@ recorded as failed. Outcome writes are shielded from cancellation.
 Transactions: the claim; one that records a Signal's Runs and starts the
 first; then one per Run that ends it and starts the next, the last of which
 also ends the Signal (unless a post phase follows) and claims the next pending
-Signal. So a queue drains at two commits per single-Run Signal, and a Run is
-always recorded ``running`` before the agent sees its Prompt.
+Signal. When the claimed Signal's Handler is ``inline`` (a ``[handlers]``
+template: pure and quick), the claiming transaction also renders its Prompts,
+records its Runs and starts the first, so a queue of single-Run Signals drains
+at one commit per Signal. Either way a Run is always recorded ``running``
+before the agent sees its Prompt, and states stay one-way.
 
 Runs are serial across the gateway: one worker, one Run at a time. No
 timeouts are imposed. Logs carry ids, kinds, Sessions and states, never a
@@ -29,6 +32,8 @@ import time
 import uuid
 from collections.abc import Iterable
 from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agent_gateway import clock
 from agent_gateway.ops import metrics
@@ -72,6 +77,10 @@ class Worker:
         recovered = False
         self.active = True
         try:
+            # A long-lived agent (the persistent runtime) starts with the leadership and stops with it.
+            start = getattr(self.runtime, "start", None)
+            if start is not None:
+                await start()
             while not self._stop.is_set():
                 try:
                     if not recovered:
@@ -88,6 +97,9 @@ class Worker:
         finally:
             self.active = False
             self.store.unsubscribe(service.CHANNEL, subscription)
+            close = getattr(self.runtime, "close", None)
+            if close is not None:
+                await asyncio.shield(close())
 
     async def recover(self) -> None:
         """Fail the Signals (and their unfinished Runs) a stopped process left ``processing``."""
@@ -106,60 +118,95 @@ class Worker:
         queue is not empty this goes on with the Signals claimed that way.
         """
         async with self.store.transaction() as conn:
-            signal = await signal_queries.claim_oldest(conn)
-        if signal is None:
+            claimed = await self._claim(conn)
+        if claimed is None:
             return False
-        logger.info("Signal %s claimed (kind %s)", signal.id, signal.kind, extra={"action": "claim_signal", "signal": signal.id})
-        while signal is not None:
+        _log_claimed(claimed)
+        while claimed is not None:
             try:
-                signal = await self._process(signal)
+                claimed = await self._process(claimed)
             except Exception as exc:  # a bug or the database: the Signal must still end, with the reason
                 error = f"the Signal Worker failed while processing this Signal: {_describe(exc)}"
-                step = _Step(signal, abandon=error, end_signal=True, signal_error=error, claim_next=False)
+                step = _Step(claimed.signal, abandon=error, end_signal=True, signal_error=error, claim_next=False)
                 await asyncio.shield(self._write(step))
-                signal = None
+                claimed = None
         return True
 
-    async def _process(self, signal: Signal) -> Signal | None:
+    async def _claim(self, conn: AsyncConnection) -> _Claimed | None:
+        """Claim the oldest pending Signal, within ``conn``'s transaction.
+
+        When its Handler is ``inline``, its Prompts are rendered here and its Runs
+        recorded, the first started. A Handler that raises or returns what cannot
+        be stored is left to :meth:`_process`, which asks it again and records why.
+        """
+        signal = await signal_queries.claim_oldest(conn)
+        if signal is None:
+            return None
+        handler = self.handlers.get(signal.kind)
+        if not getattr(handler, "inline", False):
+            return _Claimed(signal)
+        try:
+            runs = _runs(signal, _checked(handler.handle(signal)))  # type: ignore[union-attr]
+        except Exception:
+            return _Claimed(signal)
+        await run_queries.insert_pending(
+            conn, signal_id=signal.id, prompts=[(run.id, run.session, run.prompt) for run in runs]
+        )
+        if runs:
+            await run_queries.start(conn, id=runs[0].id, started_at=clock.now_iso())
+        return _Claimed(signal, runs)
+
+    async def _process(self, claimed: _Claimed) -> _Claimed | None:
         """Handle one claimed Signal, record and execute its Runs, run the post phase, end it.
 
         Returns the next Signal, claimed by the transaction that ended this one.
         """
+        signal = claimed.signal
         handler = self.handlers.get(signal.kind)
         if handler is None:
             error = f"no Signal Handler is registered for kind {signal.kind!r}"
             return await self._write(_Step(signal, end_signal=True, signal_error=error))
-        try:
-            prompts = _checked(await _result(handler.handle(signal)))
-        except Exception as exc:
-            error = f"the Signal Handler for kind {signal.kind!r} failed: {_describe(exc)}"
-            return await self._write(_Step(signal, end_signal=True, signal_error=error))
+        step: _Step | None
+        if claimed.runs is None:
+            try:
+                prompts = _checked(await _result(handler.handle(signal)))
+            except Exception as exc:
+                error = f"the Signal Handler for kind {signal.kind!r} failed: {_describe(exc)}"
+                return await self._write(_Step(signal, end_signal=True, signal_error=error))
+            runs = _runs(signal, prompts)
+            step = _Step(signal, record=runs)
+        else:  # recorded by the claim, the first Run started
+            runs = claimed.runs
+            step = None if runs else _Step(signal)
         post = getattr(handler, "post", None)
 
         # Each transaction ends one Run and starts the next (the first also records them
         # all), and, when no post phase follows, the last one ends the Signal too.
-        runs = _runs(signal, prompts)
-        step = _Step(signal, record=runs)
         failures: list[tuple[Run, str]] = []
         stopped = False
         for run in [*runs, None]:
-            if run is not None and self._stop.is_set():
-                stopped, step.fail_pending, run = True, True, None
-            step.start = run
-            if run is None and post is None:
-                step.end_signal, step.signal_error = True, _signal_error(failures, len(runs), stopped)
-            claimed = await asyncio.shield(self._write(step))
-            if run is None:
-                break
-            started = time.perf_counter()
-            error = await self._execute(run)
+            if step is None:  # the claim started this Run
+                assert run is not None
+                started = time.perf_counter()
+                error = service.STOPPED_RUN_ERROR if self._stop.is_set() else await self._execute(run)
+            else:
+                if run is not None and self._stop.is_set():
+                    stopped, step.fail_pending, run = True, True, None
+                step.start = run
+                if run is None and post is None:
+                    step.end_signal, step.signal_error = True, _signal_error(failures, len(runs), stopped)
+                next_claimed = await asyncio.shield(self._write(step))
+                if run is None:
+                    break
+                started = time.perf_counter()
+                error = await self._execute(run)
             if error is not None:
                 failures.append((run, error))
                 stopped = stopped or self._stop.is_set()
             step = _Step(signal, ended=(run, error), ran_s=time.perf_counter() - started)
 
         if post is None:
-            return claimed
+            return next_claimed
         post_error = None
         try:
             await _result(post(signal, bool(failures) or stopped))
@@ -192,7 +239,7 @@ class Worker:
             return f"the runtime failed: {_describe(exc)}"
         return None
 
-    async def _write(self, step: _Step) -> Signal | None:
+    async def _write(self, step: _Step) -> _Claimed | None:
         """One transaction of a Signal's progress; each transition logged once committed.
 
         Returns the next Signal when the step ended this one and claimed another.
@@ -220,7 +267,7 @@ class Worker:
             if step.end_signal:
                 await signal_queries.finish(conn, id=signal.id, error=_storable(step.signal_error))
                 if step.claim_next and not self._stop.is_set():
-                    claimed = await signal_queries.claim_oldest(conn)
+                    claimed = await self._claim(conn)
         if step.ended is not None:
             ended, error = step.ended
             state = run_queries.DONE if error is None else run_queries.FAILED
@@ -235,10 +282,7 @@ class Worker:
                 },
             )
         if step.start is not None:
-            logger.info(
-                "Run %s started (Signal %s, session %s)", step.start.id, signal.id, step.start.session,
-                extra={"action": "start_run", "run": step.start.id, "signal": signal.id},
-            )
+            _log_started(step.start, signal)
         if step.end_signal:
             logger.info(
                 "Signal %s %s (kind %s)", signal.id, "done" if step.signal_error is None else "failed", signal.kind,
@@ -248,8 +292,32 @@ class Worker:
                 },
             )
         if claimed is not None:
-            logger.info("Signal %s claimed (kind %s)", claimed.id, claimed.kind, extra={"action": "claim_signal", "signal": claimed.id})
+            _log_claimed(claimed)
         return claimed
+
+
+@dataclasses.dataclass
+class _Claimed:
+    """A claimed Signal; ``runs`` when the claim also recorded its Runs and started the first."""
+
+    signal: Signal
+    runs: list[Run] | None = None
+
+
+def _log_started(run: Run, signal: Signal) -> None:
+    logger.info(
+        "Run %s started (Signal %s, session %s)", run.id, signal.id, run.session,
+        extra={"action": "start_run", "run": run.id, "signal": signal.id},
+    )
+
+
+def _log_claimed(claimed: _Claimed) -> None:
+    signal = claimed.signal
+    logger.info(
+        "Signal %s claimed (kind %s)", signal.id, signal.kind, extra={"action": "claim_signal", "signal": signal.id}
+    )
+    if claimed.runs:
+        _log_started(claimed.runs[0], signal)
 
 
 @dataclasses.dataclass

@@ -1,0 +1,155 @@
+"""The agent kept warm: the demo echo agent under the persistent runtime, as ``init --demo-user`` deploys it.
+
+    python -m bench.agent [--backend sqlite|postgresql|both] [--samples 60] [--burst 300] [--clients 16] [--kills 3]
+
+Each backend gets a fresh real gateway (``bench.harness``: ``init``, then
+``serve``, one process), and prints:
+
+1. a User's inbound ``POST /messages`` → the echo agent's answer readable with
+   ``GET /messages?after=<seq>``, sequential: p50/p99 (target p50 ≤ 20 ms, p99 ≤ 50 ms);
+2. ``--burst`` Messages sent at once by ``--clients`` Users (one client each) →
+   all answered: answered per second (target ≥ 250/s on SQLite);
+3. the agent process SIGKILLed between Runs → the next Message answered: the
+   time, over ``--kills`` rounds (target within 10 s).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import statistics
+import time
+from pathlib import Path
+
+import httpx
+
+from bench import harness
+from bench.messages import admit_with_token
+from tests.served import ServedGateway
+
+POLL_INTERVAL_S = 0.001
+ANSWER_TIMEOUT_S = 60
+BURST_POLL_S = 0.02
+ECHO_MODULE = "agent_gateway.runtimes.echo"
+
+
+async def answered(client: httpx.AsyncClient, served: ServedGateway, auth: dict[str, str], seq: int) -> None:
+    """Poll the User's log after ``seq`` until the agent's answer is readable."""
+    started = time.perf_counter()
+    while True:
+        page = await client.get(f"{served.public_url}/messages", params={"after": str(seq)}, headers=auth)
+        if any(m["direction"] == "outbound" for m in page.json()["messages"]):
+            return
+        if time.perf_counter() - started > ANSWER_TIMEOUT_S:
+            raise SystemExit(f"no answer within {ANSWER_TIMEOUT_S}s; gateway log:\n{served.output()}")
+        await asyncio.sleep(POLL_INTERVAL_S)
+
+
+async def one_answer(client: httpx.AsyncClient, served: ServedGateway, auth: dict[str, str], text: str) -> float:
+    """Milliseconds from sending one Message to its answer being readable."""
+    started = time.perf_counter()
+    sent = await client.post(f"{served.public_url}/messages", json={"text": text}, headers=auth)
+    sent.raise_for_status()
+    await answered(client, served, auth, sent.json()["seq"])
+    return (time.perf_counter() - started) * 1000
+
+
+async def sequential(served: ServedGateway, samples: int) -> list[float]:
+    _, auth = admit_with_token(served)
+    async with httpx.AsyncClient(timeout=ANSWER_TIMEOUT_S) as client:
+        await one_answer(client, served, auth, "warm-up")  # the agent may still be starting
+        return [await one_answer(client, served, auth, f"ping {n}") for n in range(samples)]
+
+
+async def burst(served: ServedGateway, total: int, clients: int) -> float:
+    """Answered per second: ``total`` Messages from ``clients`` Users at once, until every one is answered."""
+    users = [admit_with_token(served) for _ in range(clients)]
+    shares = [total // clients + (1 if n < total % clients else 0) for n in range(clients)]
+
+    async def user_sends(auth: dict[str, str], count: int) -> None:
+        async with httpx.AsyncClient(timeout=ANSWER_TIMEOUT_S) as client:
+            for n in range(count):
+                sent = await client.post(f"{served.public_url}/messages", json={"text": f"burst {n}"}, headers=auth)
+                sent.raise_for_status()
+
+    async def all_answered() -> None:
+        """One poller (not one per client, which would load the gateway it measures)."""
+        waiting = {user_id: count for (user_id, _), count in zip(users, shares)}
+        deadline = time.perf_counter() + ANSWER_TIMEOUT_S * 5
+        async with httpx.AsyncClient(timeout=ANSWER_TIMEOUT_S) as client:
+            while waiting:
+                for user_id, count in list(waiting.items()):
+                    params = {"user": user_id, "after": "0", "limit": "200"}
+                    log = (await client.get(f"{served.agent_url}/messages", params=params)).json()["messages"]
+                    if sum(m["direction"] == "outbound" for m in log) >= count:
+                        del waiting[user_id]
+                if time.perf_counter() > deadline:
+                    raise SystemExit(f"not all answered; gateway log:\n{served.output()}")
+                await asyncio.sleep(BURST_POLL_S)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(user_sends(auth, count) for (_, auth), count in zip(users, shares)), all_answered())
+    return total / (time.perf_counter() - started)
+
+
+def agent_pid(served: ServedGateway) -> int:
+    """The echo agent process the gateway started (a child of ``serve``)."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            status = (entry / "status").read_text()
+            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        ppid = int(next(line.split()[1] for line in status.splitlines() if line.startswith("PPid:")))
+        if ppid == served.process.pid and ECHO_MODULE.encode() in cmdline:
+            return int(entry.name)
+    raise SystemExit("no echo agent process found under serve")
+
+
+async def recovery(served: ServedGateway, rounds: int) -> list[float]:
+    _, auth = admit_with_token(served)
+    times = []
+    async with httpx.AsyncClient(timeout=ANSWER_TIMEOUT_S) as client:
+        await one_answer(client, served, auth, "before")
+        for n in range(rounds):
+            os.kill(agent_pid(served), signal.SIGKILL)
+            times.append(await one_answer(client, served, auth, f"after kill {n}"))
+            await one_answer(client, served, auth, f"settled {n}")
+    return times
+
+
+def bench(backend: str, samples: int, total: int, clients: int, kills: int) -> None:
+    with harness.gateway(backend) as served:
+        delays = asyncio.run(sequential(served, samples))
+        cuts = statistics.quantiles(delays, n=100, method="inclusive")
+        print(
+            f"{backend:<10} Message -> echo answer readable, sequential ({samples}): "
+            f"p50 {cuts[49]:.1f} ms  p99 {cuts[98]:.1f} ms  max {max(delays):.1f} ms"
+        )
+        rate = asyncio.run(burst(served, total, clients))
+        print(f"{backend:<10} {total} Messages at once from {clients} clients: {rate:,.0f} answered/s")
+        times = asyncio.run(recovery(served, kills))
+        print(
+            f"{backend:<10} agent SIGKILLed between Runs -> next Message answered: "
+            + ", ".join(f"{t / 1000:.2f} s" for t in times)
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--backend", choices=["sqlite", "postgresql", "both"], default="both")
+    parser.add_argument("--samples", type=int, default=60)
+    parser.add_argument("--burst", type=int, default=300)
+    parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument("--kills", type=int, default=3)
+    args = parser.parse_args()
+    for backend in ("sqlite", "postgresql") if args.backend == "both" else (args.backend,):
+        bench(backend, args.samples, args.burst, args.clients, args.kills)
+
+
+if __name__ == "__main__":
+    main()

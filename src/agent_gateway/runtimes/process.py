@@ -1,0 +1,156 @@
+"""What both runtimes do to an agent program's process, whichever way it is fed.
+
+The program runs in its own process group (stopping it reaches whatever it
+started), in the Workspace when one is set, with ``AGENT_SERVER_URL`` and
+without the gateway's own ``AGENT_GATEWAY_*`` settings (database URL and the
+like). It is SIGKILLed when the gateway process dies, however it dies, since a
+standby then takes the Signal Worker over and starts the next Run at once.
+Stopping it is SIGTERM to its group, then SIGKILL after a grace period. Its
+stderr is kept as a bounded tail for a failed Run's ``error``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import os
+import signal
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from agent_gateway.runtimes.runtime import RunFailed
+
+STDERR_TAIL_BYTES = 4096
+# On shutdown: SIGTERM to the program's process group, then SIGKILL after this long.
+TERMINATE_GRACE_S = 5.0
+_ENV_PREFIX = "AGENT_GATEWAY_"
+PR_SET_PDEATHSIG = 1
+_LIBC = ctypes.CDLL(None)
+
+
+def environment(agent_server_url: str, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The gateway's environment minus its own settings, plus ``AGENT_SERVER_URL`` and ``extra``."""
+    env = {name: value for name, value in os.environ.items() if not name.startswith(_ENV_PREFIX)}
+    env["AGENT_SERVER_URL"] = agent_server_url
+    env.update(extra or {})
+    return env
+
+
+def make_workdir(workdir: Path | None) -> None:
+    """Create the Workspace when missing; a failure fails the Run."""
+    if workdir is None:
+        return
+    try:
+        workdir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise RunFailed(f"the Workspace {workdir} could not be created: {exc}") from None
+
+
+async def spawn(
+    argv: Sequence[str], *, env: Mapping[str, str], workdir: Path | None, stdout: int, limit: int = 2**16
+) -> asyncio.subprocess.Process:
+    """Start the program with piped stdin and stderr; a program that cannot start fails the Run.
+
+    Cancelled while the program is starting, it lets the program start and then
+    stops its whole group: asyncio alone would kill only its first process and
+    then wait for every pipe its children hold.
+    """
+    spawning = asyncio.ensure_future(
+        asyncio.create_subprocess_exec(
+            *argv,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=stdout,
+            stderr=asyncio.subprocess.PIPE,
+            cwd=workdir,
+            env=dict(env),
+            # Its own process group: the gateway decides when the agent stops,
+            # and stopping it reaches whatever it started.
+            start_new_session=True,
+            preexec_fn=_die_with(os.getpid()),
+            limit=limit,
+        )
+    )
+    try:
+        return await asyncio.shield(spawning)
+    except (OSError, ValueError) as exc:
+        raise RunFailed(f"the agent program could not be started: {exc}") from None
+    except asyncio.CancelledError:
+        with contextlib.suppress(OSError, ValueError):
+            await asyncio.shield(terminate(await spawning))
+        raise
+
+
+class Tail:
+    """The last ``size`` bytes of a stream."""
+
+    def __init__(self, size: int = STDERR_TAIL_BYTES) -> None:
+        self.size = size
+        self.data = bytearray()
+        self.truncated = False
+
+    async def read(self, stream: asyncio.StreamReader) -> None:
+        while chunk := await stream.read(65536):
+            self.data += chunk
+            if len(self.data) > self.size:
+                del self.data[: len(self.data) - self.size]
+                self.truncated = True
+
+    def clear(self) -> None:
+        self.data.clear()
+        self.truncated = False
+
+    def text(self) -> str:
+        text = bytes(self.data).decode("utf-8", errors="replace").strip()
+        return f"[...]{text}" if self.truncated and text else text
+
+
+def exit_failure(status: int, stderr: Tail) -> RunFailed:
+    """The failure of a Run whose program ended with ``status``: the reason and the stderr tail."""
+    if status < 0:
+        reason = f"the agent program was killed by signal {_signal_name(-status)}"
+    else:
+        reason = f"the agent program exited with status {status}"
+    return with_stderr(reason, stderr)
+
+
+def with_stderr(reason: str, stderr: Tail) -> RunFailed:
+    text = stderr.text()
+    return RunFailed(f"{reason}; stderr ends with:\n{text}" if text else f"{reason}; stderr was empty")
+
+
+def first_line(failed: RunFailed) -> str:
+    """What the operator's log says of a failure: only the first line, since the stderr tail is the agent's own text."""
+    return failed.message.split("\n", 1)[0].removesuffix("; stderr ends with:")
+
+
+async def terminate(process: asyncio.subprocess.Process) -> None:
+    """Stop the program's whole process group: SIGTERM, then SIGKILL after the grace period."""
+    for signum in (signal.SIGTERM, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signum)
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(process.wait(), TERMINATE_GRACE_S)
+            return
+
+
+def _die_with(gateway_pid: int):  # type: ignore[no-untyped-def]
+    """What the program's process runs before exec: be SIGKILLed when the gateway process dies.
+
+    A gateway killed outright (SIGKILL, the OOM killer) cannot stop its agent,
+    which would run on beside the next leader's Runs.
+    """
+
+    def die_with_gateway() -> None:
+        _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != gateway_pid:  # the gateway died before prctl took effect
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return die_with_gateway
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return f"{signal.Signals(signum).name} ({signum})"
+    except ValueError:
+        return str(signum)

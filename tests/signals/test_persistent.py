@@ -1,0 +1,104 @@
+"""The Signal Worker with the persistent runtime and a real long-lived agent, on both backends."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import asyncpg
+import pytest
+
+from agent_gateway.store import engine
+
+from tests.runtimes.test_persistent import Agent, alive, gone
+from tests.signals.conftest import GatewayFactory, emit, finished, runs_of, until
+
+TABLES = {"task": {"template": "{{ what }}"}}
+postgresql_only = pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
+
+
+@pytest.fixture
+def agent(tmp_path) -> Agent:  # type: ignore[no-untyped-def]
+    return Agent(tmp_path)
+
+
+async def persistent(make_gateway: GatewayFactory, agent: Agent):  # type: ignore[no-untyped-def]
+    return await make_gateway(runtime_command=agent.argv(), runtime_mode="persistent", handlers=TABLES)
+
+
+async def test_one_program_runs_every_signal_and_a_failed_answer_fails_only_its_run(
+    make_gateway: GatewayFactory, agent: Agent
+) -> None:
+    gateway = await persistent(make_gateway, agent)
+    ids = [await emit(gateway.store, "task", {"what": what}) for what in ("ok", "fail", "ok")]
+    done, failed, later = [await finished(gateway.store, signal_id) for signal_id in ids]
+    assert (done.state, done.error, later.state) == ("done", None, "done")
+    [run] = await runs_of(gateway.store, ids[1])
+    assert (run.state, run.error) == ("failed", "no luck\nsecond line")
+    assert failed.state == "failed" and "no luck" in (failed.error or "")
+    assert len(set(agent.pids())) == 1
+    assert [call["run"]["signalId"] for call in agent.calls()] == ids
+
+
+async def test_an_agent_killed_mid_run_fails_that_run_once_and_the_next_signal_is_answered(
+    make_gateway: GatewayFactory, agent: Agent
+) -> None:
+    gateway = await persistent(make_gateway, agent)
+    stuck = await emit(gateway.store, "task", {"what": "hang"})
+    await until(lambda: len(agent.calls()) == 1)
+    [stuck_run] = await runs_of(gateway.store, stuck)
+    assert stuck_run.state == "running"  # what an operator sees in GET /runs
+    os.kill(agent.pids()[0], signal.SIGKILL)  # what an operator does
+    signal_ = await finished(gateway.store, stuck)
+    [run] = await runs_of(gateway.store, stuck)
+    assert (signal_.state, run.state) == ("failed", "failed")
+    assert run.error == "the agent program was killed by signal SIGKILL (9); stderr was empty"
+    after = await finished(gateway.store, await emit(gateway.store, "task", {"what": "ok"}))
+    assert after.state == "done"
+    assert [call["run"]["signalId"] for call in agent.calls()] == [stuck, after.id]  # never re-run
+
+
+async def test_stopping_the_gateway_stops_the_agent(make_gateway: GatewayFactory, agent: Agent) -> None:
+    gateway = await persistent(make_gateway, agent)
+    await finished(gateway.store, await emit(gateway.store, "task", {"what": "spawn"}))
+    [pid] = agent.pids()
+    child = int(agent.record.with_name(agent.record.name + ".child").read_text())
+    await gateway.stop()
+    assert not alive(pid)
+    await gone(child)
+
+
+async def test_stopping_the_gateway_mid_run_fails_the_run_and_stops_the_agent(
+    make_gateway: GatewayFactory, agent: Agent
+) -> None:
+    gateway = await persistent(make_gateway, agent)
+    stuck = await emit(gateway.store, "task", {"what": "hang"})
+    await until(lambda: len(agent.calls()) == 1)
+    assert gateway.worker is not None and gateway._worker_task is not None
+    gateway.worker.stop()
+    await gateway._worker_task
+    assert not alive(agent.pids()[0])
+    [run] = await runs_of(gateway.store, stuck)
+    assert run.state == "failed"
+
+
+@postgresql_only
+async def test_losing_leadership_stops_the_agent_and_leading_again_starts_one(
+    make_gateway: GatewayFactory, agent: Agent, database_url: str
+) -> None:
+    gateway = await persistent(make_gateway, agent)
+    await finished(gateway.store, await emit(gateway.store, "task", {"what": "ok"}))
+    [first] = agent.pids()
+    # Kill the leader's lock session (in this test's database only), as a failover would.
+    admin = await asyncpg.connect(engine.libpq_dsn(database_url))
+    try:
+        await admin.execute(
+            "SELECT pg_terminate_backend(l.pid) FROM pg_locks l JOIN pg_database d ON d.oid = l.database "
+            "WHERE l.locktype = 'advisory' AND l.granted AND d.datname = current_database()"
+        )
+    finally:
+        await admin.close()
+    await gone(first)
+    # This process leads again after its retry: the next Signal gets a fresh agent.
+    await finished(gateway.store, await emit(gateway.store, "task", {"what": "ok"}))
+    assert agent.pids()[1] != first
