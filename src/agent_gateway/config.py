@@ -104,6 +104,8 @@ class Settings:
     handlers: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
     signals_setup: str | None = None
     log_level: str = "INFO"
+    # The Users' chat page at the Public server's / (web/); off for deployments with their own client.
+    public_chat_page: bool = True
 
 
 # --- value parsers: each takes a TOML value or an environment string -------------
@@ -236,6 +238,7 @@ _KEYS = (
     _Key(("handlers",), "handlers", _handlers),
     _Key(("signals", "setup"), "signals_setup", _str),
     _Key(("log", "level"), "log_level", _log_level),
+    _Key(("public", "chat_page"), "public_chat_page", _bool),
 )
 _KNOWN_TABLES = {"database", "public", "agent", "signing", "auth", "scheduler", "http", "runtime", "handlers", "signals", "log"}
 

@@ -28,6 +28,7 @@ from agent_gateway.signatures.identity import SigningIdentity
 from agent_gateway.store import leadership, migrate
 from agent_gateway.store.engine import Store
 from agent_gateway.users import routes as users_routes
+from agent_gateway.web import routes as web_routes
 
 logger = logging.getLogger(__name__)
 
@@ -103,6 +104,8 @@ class Gateway:
             PUBLIC_DESCRIPTION,
             [auth_routes.public, messages_routes.public, signatures_routes.public, decisions_routes.public],
         )
+        if settings.public_chat_page:
+            self.public_app.include_router(web_routes.public_router())
         self.public_asgi = FastPath(
             self.public_app,
             settings.max_body_bytes,
