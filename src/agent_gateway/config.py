@@ -30,6 +30,8 @@ MAX_SCRYPT_LOGN = 20
 MAX_TOKEN_TTL_MS = 100 * 365 * 24 * 3600 * 1000
 # hashlib.scrypt refuses a maxmem above INT_MAX.
 MAX_SCRYPT_MEMORY_BYTES = 2**31 - 1
+# A stream re-checks its Token at least every 10 s (issue 13).
+MAX_STREAM_AUTH_CHECK_MS = 10_000
 
 
 class SettingsError(Exception):
@@ -106,6 +108,12 @@ class Settings:
     log_level: str = "INFO"
     # The Users' chat page at the Public server's / (web/); off for deployments with their own client.
     public_chat_page: bool = True
+    # Message streams (streams/): keep-alive comments, the Token re-check, a stalled
+    # reader's grace, and the SQLite cross-process poll.
+    stream_keep_alive_ms: int = 15_000
+    stream_auth_check_ms: int = 10_000
+    stream_stall_ms: int = 10_000
+    stream_poll_ms: int = 50
 
 
 # --- value parsers: each takes a TOML value or an environment string -------------
@@ -239,8 +247,12 @@ _KEYS = (
     _Key(("signals", "setup"), "signals_setup", _str),
     _Key(("log", "level"), "log_level", _log_level),
     _Key(("public", "chat_page"), "public_chat_page", _bool),
+    _Key(("streams", "keep_alive_ms"), "stream_keep_alive_ms", lambda v: _int(v, maximum=TIMER_CEILING_MS)),
+    _Key(("streams", "auth_check_ms"), "stream_auth_check_ms", lambda v: _int(v, maximum=MAX_STREAM_AUTH_CHECK_MS)),
+    _Key(("streams", "stall_ms"), "stream_stall_ms", lambda v: _int(v, maximum=TIMER_CEILING_MS)),
+    _Key(("streams", "poll_ms"), "stream_poll_ms", lambda v: _int(v, maximum=10_000)),
 )
-_KNOWN_TABLES = {"database", "public", "agent", "signing", "auth", "scheduler", "http", "runtime", "handlers", "signals", "log"}
+_KNOWN_TABLES = {"database", "public", "agent", "signing", "auth", "scheduler", "http", "runtime", "handlers", "signals", "log", "streams"}
 
 
 def _lookup(document: Mapping[str, Any], path: tuple[str, ...]) -> Any:

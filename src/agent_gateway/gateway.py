@@ -27,6 +27,8 @@ from agent_gateway.signatures import routes as signatures_routes
 from agent_gateway.signatures.identity import SigningIdentity
 from agent_gateway.store import leadership, migrate
 from agent_gateway.store.engine import Store
+from agent_gateway.streams import routes as streams_routes
+from agent_gateway.streams.hub import Hub
 from agent_gateway.users import routes as users_routes
 from agent_gateway.web import routes as web_routes
 
@@ -65,6 +67,7 @@ class Gateway:
         self.store = Store(settings.database_url)
         self.publisher = decisions_service.Publisher(self.store, self.identity)
         self.messages = messages_service.Writer(self.store)
+        self.streams = Hub(self.store, settings)
         # Asked in order by every protected Public route; see auth/schemes.py.
         # An operator adds schemes in Python: gateway.auth_schemes.append(MyScheme()).
         self.password_scheme = PasswordScheme(self.store)
@@ -76,6 +79,7 @@ class Gateway:
         agent_routers = [
             users_routes.agent,
             messages_routes.agent,
+            streams_routes.agent,
             signatures_routes.agent,
             decisions_routes.agent,
             signals_routes.agent,
@@ -102,7 +106,7 @@ class Gateway:
         self.public_app = self._app(
             "agent-gateway: Public server",
             PUBLIC_DESCRIPTION,
-            [auth_routes.public, messages_routes.public, signatures_routes.public, decisions_routes.public],
+            [auth_routes.public, messages_routes.public, streams_routes.public, signatures_routes.public, decisions_routes.public],
         )
         if settings.public_chat_page:
             self.public_app.include_router(web_routes.public_router())
@@ -127,14 +131,17 @@ class Gateway:
         app.state.identity = self.identity
         app.state.publisher = self.publisher
         app.state.messages = self.messages
+        app.state.streams = self.streams
         app.state.auth_schemes = self.auth_schemes
         return app
 
     async def start(self, *, migrate_first: bool = True) -> None:
         if migrate_first:
             await migrate.upgrade(self.store.engine)
-        if self.roles & {"worker", "scheduler"}:
-            self.store.listen()
+        # Every role listens: the loops for their wake-ups, the api for its Message streams.
+        self.store.listen()
+        if "api" in self.roles:
+            self.streams.start()
         if self.schedule_timer is not None:
             self.schedule_timer.start()
         if "worker" in self.roles:
@@ -145,6 +152,7 @@ class Gateway:
             )
 
     async def stop(self) -> None:
+        await self.streams.close()
         if self.schedule_timer is not None:
             await self.schedule_timer.stop()
         if self.worker is not None and self._worker_task is not None:
