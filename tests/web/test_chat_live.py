@@ -10,7 +10,6 @@ from playwright.sync_api import expect
 
 from tests.web.conftest import Deployment, Watched, log_in, messages, send
 
-
 pytestmark = pytest.mark.e2e
 
 

@@ -1,4 +1,4 @@
-"""The chat page in a real browser, without the live stream: login, errors, scrolling back, the setting."""
+"""The chat page in a real browser, what needs no live stream: login errors, scrolling back, a revoked Token, the setting."""
 
 from __future__ import annotations
 
@@ -32,6 +32,8 @@ def test_scrolling_back_loads_older_messages_and_shows_text_as_text(deployment: 
     with httpx.Client(base_url=deployment.gateway.agent_url, timeout=120) as agent:
         for number in range(1, 61):
             text = f"message {number}"
+            if number == 59:
+                text = "x" * 400  # no break opportunity
             if number == 60:
                 text = '<img src="https://example.invalid/x.png" onerror="window.owned = true">'
             assert agent.post("/messages", json={"userId": user, "text": text}).status_code == 201
@@ -48,6 +50,9 @@ def test_scrolling_back_loads_older_messages_and_shows_text_as_text(deployment: 
     expect(messages(page).first).to_have_text(re.compile(r"message 1$"))
     expect(page.locator("#older")).to_be_hidden()
     assert page.evaluate("window.owned") is None
+    # Readable on a phone: long text wraps, nothing scrolls sideways.
+    for element in ("document.documentElement", "document.getElementById('log')"):
+        assert page.evaluate(f"{element}.scrollWidth <= {element}.clientWidth"), element
     assert page.locator("#messages img").count() == 0
 
     # A Token revoked elsewhere ends the session with a clear error at the next request.
