@@ -33,6 +33,8 @@ MAX_TOKEN_TTL_MS = 100 * 365 * 24 * 3600 * 1000
 MAX_SCRYPT_MEMORY_BYTES = 2**31 - 1
 # "per-run" starts [runtime] command for each Run; "persistent" starts it once and hands it Runs as JSON lines.
 RUNTIME_MODES = ("per-run", "persistent")
+# A stream re-checks its Token at least every 10 s (issue 13).
+MAX_STREAM_AUTH_CHECK_MS = 10_000
 
 
 class SettingsError(Exception):
@@ -115,6 +117,14 @@ class Settings:
     retention_signals_max_age: datetime.timedelta | None = None
     # The Decision log's checkpoints (transparency/): None derives a name from the signing key.
     transparency_origin: str | None = None
+    # The Users' chat page at the Public server's / (web/); off for deployments with their own client.
+    public_chat_page: bool = True
+    # Message streams (streams/): keep-alive comments, the Token re-check, a stalled
+    # reader's grace, and the SQLite cross-process poll.
+    stream_keep_alive_ms: int = 15_000
+    stream_auth_check_ms: int = 10_000
+    stream_stall_ms: int = 10_000
+    stream_poll_ms: int = 50
 
     @property
     def access_log(self) -> bool:
@@ -294,10 +304,15 @@ _KEYS = (
     _Key(("log", "access"), "log_access", _bool),
     _Key(("retention", "signals_max_age"), "retention_signals_max_age", parse_age),
     _Key(("transparency", "origin"), "transparency_origin", _origin),
+    _Key(("public", "chat_page"), "public_chat_page", _bool),
+    _Key(("streams", "keep_alive_ms"), "stream_keep_alive_ms", lambda v: _int(v, maximum=TIMER_CEILING_MS)),
+    _Key(("streams", "auth_check_ms"), "stream_auth_check_ms", lambda v: _int(v, maximum=MAX_STREAM_AUTH_CHECK_MS)),
+    _Key(("streams", "stall_ms"), "stream_stall_ms", lambda v: _int(v, maximum=TIMER_CEILING_MS)),
+    _Key(("streams", "poll_ms"), "stream_poll_ms", lambda v: _int(v, maximum=10_000)),
 )
 _KNOWN_TABLES = {
     "database", "public", "agent", "signing", "auth", "scheduler", "http", "runtime", "handlers", "signals", "log",
-    "ops", "retention", "transparency",
+    "ops", "retention", "transparency", "streams",
 }
 
 

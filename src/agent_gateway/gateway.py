@@ -32,9 +32,12 @@ from agent_gateway.signatures import routes as signatures_routes
 from agent_gateway.signatures.identity import SigningIdentity
 from agent_gateway.store import leadership, migrate
 from agent_gateway.store.engine import Store
+from agent_gateway.streams import routes as streams_routes
+from agent_gateway.streams.hub import Hub
 from agent_gateway.transparency import routes as transparency_routes
 from agent_gateway.transparency import service as transparency_service
 from agent_gateway.users import routes as users_routes
+from agent_gateway.web import routes as web_routes
 
 logger = logging.getLogger(__name__)
 
@@ -74,6 +77,7 @@ class Gateway:
         self.checkpoints = transparency_service.Checkpoints(
             self.store, transparency_service.signer(settings, self.identity)
         )
+        self.streams = Hub(self.store, settings)
         # Asked in order by every protected Public route; see auth/schemes.py.
         # An operator adds schemes in Python: gateway.auth_schemes.append(MyScheme()).
         self.password_scheme = PasswordScheme(self.store)
@@ -85,6 +89,7 @@ class Gateway:
         agent_routers = [
             users_routes.agent,
             messages_routes.agent,
+            streams_routes.agent,
             signatures_routes.agent,
             decisions_routes.agent,
             transparency_routes.agent,
@@ -122,11 +127,14 @@ class Gateway:
             [
                 auth_routes.public,
                 messages_routes.public,
+                streams_routes.public,
                 signatures_routes.public,
                 decisions_routes.public,
                 transparency_routes.public,
             ],
         )
+        if settings.public_chat_page:
+            self.public_app.include_router(web_routes.public_router())
         self.public_asgi = self._observed(
             "public",
             self.public_app,
@@ -175,14 +183,17 @@ class Gateway:
         app.state.publisher = self.publisher
         app.state.messages = self.messages
         app.state.checkpoints = self.checkpoints
+        app.state.streams = self.streams
         app.state.auth_schemes = self.auth_schemes
         return app
 
     async def start(self, *, migrate_first: bool = True) -> None:
         if migrate_first:
             await migrate.upgrade(self.store.engine)
-        if self.roles & {"worker", "scheduler"}:
-            self.store.listen()
+        # Every role listens: the loops for their wake-ups, the api for its Message streams.
+        self.store.listen()
+        if "api" in self.roles:
+            self.streams.start()
         if self.schedule_timer is not None:
             self.schedule_timer.start()
         if self.pruner is not None:
@@ -195,6 +206,7 @@ class Gateway:
             )
 
     async def stop(self) -> None:
+        await self.streams.close()
         if self.schedule_timer is not None:
             await self.schedule_timer.stop()
         if self.pruner is not None:

@@ -220,6 +220,8 @@ async def _serve_http(
     finally:
         for server in servers:
             server.should_exit = True
+        # uvicorn waits for every open response: Message streams end now, not never.
+        await gateway.streams.close()
         await asyncio.gather(*tasks, return_exceptions=True)
 
 

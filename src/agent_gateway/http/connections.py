@@ -113,6 +113,10 @@ def error_bytes(status: int, message: str) -> bytes:
     return head.encode("ascii") + body
 
 
+# The scope key holding the connection's transport.
+TRANSPORT = "agent_gateway.transport"
+
+
 class Protocol(HttpToolsProtocol):
     """uvicorn's httptools protocol with :class:`Limits` and JSON error bodies (module doc)."""
 
@@ -158,6 +162,8 @@ class Protocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self.header_bytes = None
+        # A long response (a Message stream) aborts its connection when the reader stalls.
+        self.scope[TRANSPORT] = self.transport
         problem = self._problem()
         if problem is None:
             super().on_headers_complete()

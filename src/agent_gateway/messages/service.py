@@ -24,6 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from agent_gateway import clock, errors
 from agent_gateway.ops import metrics
 from agent_gateway.signals import service as signals
+from agent_gateway.store import engine
 from agent_gateway.store import messages as queries
 from agent_gateway.store.batch import Batcher
 from agent_gateway.store.engine import Store
@@ -31,12 +32,18 @@ from agent_gateway.store.messages import LostRace, Message
 from agent_gateway.store.window import Window
 from agent_gateway.users.service import UserNotFound
 
-__all__ = ["Draft", "InvalidText", "LostRace", "Message", "RECEIVED", "Writer", "append_many", "read", "receive", "send"]
+__all__ = ["Draft", "InvalidText", "LostRace", "Message", "RECEIVED", "Writer", "append_many", "channel", "read", "receive", "send"]
 
 INBOUND = "inbound"
 OUTBOUND = "outbound"
 # The kind of the Signal that wakes the agent for an inbound Message.
 RECEIVED = "message.received"
+
+
+def channel(user_id: str) -> str:
+    """The notification channel of one User's log: woken after a commit that appends to it
+    (its streams then read the new rows; a notification carries no Message)."""
+    return f"messages.{user_id}"
 
 
 async def receive(conn: AsyncConnection, user_id: str, text: str) -> Message:
@@ -94,6 +101,8 @@ async def append_many(conn: AsyncConnection, drafts: Sequence[Draft]) -> list[Me
             continue
         message = next(appended)
         recorded.append(UserNotFound() if message is None else message)
+    for user_id in sorted({m.user_id for m in recorded if isinstance(m, Message)}):
+        engine.notify(conn, channel(user_id))
     received = [m.to_json() for m in recorded if isinstance(m, Message) and m.direction == INBOUND]
     if received:
         await signals.emit_many(conn, RECEIVED, received)

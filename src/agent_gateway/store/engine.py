@@ -29,6 +29,8 @@ SQLITE_PRAGMAS = ("journal_mode=WAL", "foreign_keys=ON", "synchronous=NORMAL")
 # gateway processes takes of the server's max_connections.
 SQLITE_POOL_SIZE = 20
 _PG_NOTIFY = sa.text("SELECT pg_notify(:channel, :payload)")
+# Several channels in one round trip (a batch of Messages wakes the streams of each User).
+_PG_NOTIFY_MANY = sa.text("SELECT pg_notify(:channel, payload) FROM unnest(CAST(:payloads AS text[])) AS payload")
 _ON_COMMIT = "agent_gateway.on_commit"
 _STORE = "agent_gateway.store"
 _CHANNELS = "agent_gateway.channels"
@@ -205,8 +207,11 @@ class Store:
             async with conn.begin():
                 yield conn
                 if self.dialect == "postgresql":
-                    for channel in conn.info.pop(_CHANNELS, ()):
-                        await conn.execute(_PG_NOTIFY, {"channel": notifications.PG_CHANNEL, "payload": channel})
+                    channels = sorted(conn.info.pop(_CHANNELS, ()))
+                    if len(channels) == 1:
+                        await conn.execute(_PG_NOTIFY, {"channel": notifications.PG_CHANNEL, "payload": channels[0]})
+                    elif channels:
+                        await conn.execute(_PG_NOTIFY_MANY, {"channel": notifications.PG_CHANNEL, "payloads": channels})
             conn.info.pop(_STORE, None)
             conn.info.pop(_CHANNELS, None)
             for callback in conn.info.pop(_ON_COMMIT, ()):

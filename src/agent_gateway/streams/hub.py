@@ -1,0 +1,114 @@
+"""This process's Message streams: their wake-ups, and their end at shutdown.
+
+A stream waits on its User's channel (``messages.service.channel``), which the
+store wakes after every commit that appends to that log: in this process
+directly, and from other processes on PostgreSQL through ``LISTEN/NOTIFY``
+(the payload names the channel, never a Message; the stream reads the rows).
+
+On SQLite the datagrams of ``store.notifications`` reach only the one process
+that runs the loops, so with ``http.workers > 1`` each HTTP process watches the
+log table itself: every ``streams.poll_ms`` while it holds a stream, it reads
+the largest ``rowid`` of ``messages`` (the end of one B-tree, a page read) and,
+when it grew, which Users the new rows belong to, and wakes their streams.
+Rows are never deleted, so the rowid only grows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import Counter
+
+import sqlalchemy as sa
+
+from agent_gateway.config import Settings
+from agent_gateway.messages import service as messages
+from agent_gateway.store import direct
+from agent_gateway.store.engine import Store
+from agent_gateway.store.notifications import Subscription
+from agent_gateway.store.tables import messages as messages_table
+
+logger = logging.getLogger(__name__)
+
+_ROWID = sa.literal_column("rowid")
+_LAST_ROW = direct.Query(sa.select(sa.func.coalesce(sa.func.max(_ROWID), 0)).select_from(messages_table))
+_WRITTEN_SINCE = direct.Query(
+    sa.select(messages_table.c.user_id).distinct().where(_ROWID > sa.bindparam("rowid", type_=sa.Integer))
+)
+
+
+class Hub:
+    """Subscriptions of this process's streams, and the signal that ends them all."""
+
+    def __init__(self, store: Store, settings: Settings) -> None:
+        self.store = store
+        self.settings = settings
+        self.closed = False
+        # Open streams per User: the poller asks only while there are some.
+        self._open: Counter[str] = Counter()
+        self._subscriptions: dict[Subscription, str] = {}
+        self._poller: asyncio.Task[None] | None = None
+
+    @property
+    def polls(self) -> bool:
+        database = self.store.engine.url.database
+        on_disk = self.store.dialect == "sqlite" and database not in (None, "", ":memory:")
+        return bool(on_disk) and self.settings.http_workers > 1
+
+    def start(self) -> None:
+        if self.polls and self._poller is None:
+            self._poller = asyncio.create_task(self._poll(), name="message stream poller")
+
+    def subscribe(self, user_id: str) -> Subscription:
+        """A wake-up for every commit to ``user_id``'s log from now on; release with :meth:`unsubscribe`."""
+        subscription = self.store.subscribe(messages.channel(user_id))
+        self._subscriptions[subscription] = user_id
+        self._open[user_id] += 1
+        return subscription
+
+    def unsubscribe(self, subscription: Subscription) -> None:
+        user_id = self._subscriptions.pop(subscription)
+        self.store.unsubscribe(messages.channel(user_id), subscription)
+        self._open[user_id] -= 1
+        if not self._open[user_id]:
+            del self._open[user_id]
+
+    def __len__(self) -> int:
+        return len(self._subscriptions)
+
+    async def close(self) -> None:
+        """End every stream (each sends its last bytes and completes its response)."""
+        self.closed = True
+        for subscription in list(self._subscriptions):
+            subscription.wake()
+        if self._poller is not None:
+            self._poller.cancel()
+            await asyncio.gather(self._poller, return_exceptions=True)
+            self._poller = None
+
+    async def _poll(self) -> None:
+        interval = self.settings.stream_poll_ms / 1000
+        last: int | None = None
+        while True:
+            await asyncio.sleep(interval)
+            if not self._open:
+                last = None  # read afresh when a stream opens: it reads its backlog itself
+                continue
+            try:
+                [(newest,)] = await self.store.fetch(_LAST_ROW)
+                if last is None:
+                    # A row written between a stream's own read and this first one would be
+                    # missed: every open stream reads once more.
+                    woken = list(self._open)
+                elif newest > last:
+                    woken = [user_id for (user_id,) in await self.store.fetch(_WRITTEN_SINCE, rowid=last)]
+                else:
+                    woken = []
+                last = newest
+                for user_id in woken:
+                    if user_id in self._open:
+                        self.store.notifier.publish(messages.channel(user_id))
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the database away: streams re-read on their own timer
+                logger.warning("message stream poll failed (%s)", type(exc).__name__, extra={"action": "stream_poll_failed"})

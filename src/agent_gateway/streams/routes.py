@@ -1,0 +1,100 @@
+"""``GET /messages/stream`` on both servers: a User's log as Server-Sent Events (issue 13).
+
+Where it starts: ``Last-Event-ID`` (what an EventSource sends when it
+reconnects, to the same URL) wins over ``after``; with neither, the stream
+holds only Messages committed after it opened. Every refusal comes before the
+stream starts, as the spec's JSON error body.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import Depends, Header, Query, Request
+
+from agent_gateway import errors
+from agent_gateway.auth import schemes
+from agent_gateway.http import params
+from agent_gateway.http.app import router as new_router
+from agent_gateway.http.routing import error_responses, parse_int
+from agent_gateway.store.window import MAX_CURSOR
+from agent_gateway.streams.stream import MessageStream, StillAllowed
+
+PATH = "/messages/stream"
+EVENTS = {
+    "description": (
+        "`text/event-stream`: each Message is one event, `id: <seq>`, `event: message`, "
+        "`data: <the Message JSON>`; a `: keep-alive` comment line at least every "
+        "`streams.keep_alive_ms`"
+    ),
+    "content": {"text/event-stream": {"schema": {"type": "string"}}},
+}
+AfterQuery = Annotated[
+    str | None,
+    Query(description=f"send every Message with seq > after first, then live ones (0..{MAX_CURSOR})"),
+]
+LastEventId = Annotated[
+    str | None,
+    Header(alias="Last-Event-ID", description=f"resume after this seq (0..{MAX_CURSOR}); wins over after"),
+]
+
+
+def _start(after: str | None, last_event_id: str | None) -> int | None:
+    if last_event_id is not None:
+        return parse_int("Last-Event-ID", last_event_id.strip(), 0, MAX_CURSOR)
+    return parse_int("after", after, 0, MAX_CURSOR)
+
+
+def _open(request: Request, user_id: str, after: int | None, still_allowed: StillAllowed | None) -> MessageStream:
+    hub = request.app.state.streams
+    if hub.closed:
+        raise errors.Busy("the server is shutting down; reconnect")
+    return MessageStream(hub, user_id, after, still_allowed)
+
+
+agent = new_router()
+
+
+@agent.get(
+    PATH,
+    response_class=MessageStream,
+    status_code=200,
+    responses={200: EVENTS, **error_responses(503)},
+    summary="Follow a User's Message log as Server-Sent Events",
+)
+async def follow_log(
+    request: Request,
+    user: Annotated[str | None, Query(description="UUID of the User whose log is followed (required)")] = None,
+    after: AfterQuery = None,
+    last_event_id: LastEventId = None,
+) -> Any:
+    if user is None:
+        raise errors.InvalidInput("user is required")
+    user_id = params.uuid("user", user)
+    assert user_id is not None
+    return _open(request, user_id, _start(after, last_event_id), None)
+
+
+public = new_router()
+Caller = Annotated[schemes.Authenticated, Depends(schemes.authenticated)]
+
+
+@public.get(
+    PATH,
+    response_class=MessageStream,
+    status_code=200,
+    responses={200: EVENTS, **error_responses(401, 503)},
+    summary="Follow your Message log as Server-Sent Events (ends when your Token does)",
+)
+async def follow_own_log(request: Request, caller: Caller, after: AfterQuery = None, last_event_id: LastEventId = None) -> Any:
+    start = _start(after, last_event_id)
+
+    async def still_allowed() -> bool:
+        # The Token it was opened with, asked again: revoked or expired ends the stream.
+        try:
+            again = await schemes.authenticated(request)
+        except errors.AuthenticationFailed:
+            return False
+        return again.user.id == caller.user.id
+
+    return _open(request, caller.user.id, start, still_allowed)

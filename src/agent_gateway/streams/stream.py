@@ -1,0 +1,171 @@
+"""One Message stream: a User's log as Server-Sent Events, from a cursor on.
+
+Each Message is one event (``id: <seq>``, ``event: message``, ``data:`` the
+Message JSON as the log read returns it). The stream subscribes to the User's
+channel *before* it reads anything, then reads every row after the last
+``seq`` it sent whenever it is woken: a Message committed while a read runs
+wakes it again, and a row is never sent twice because reads start after the
+last one sent. One User's writers are serialised (``messages.service``), so
+seqs commit in order and "after the last seq sent" misses nothing.
+
+It is pulled, not pushed: writers only wake it, so a slow reader holds no
+queue anywhere. What it has written and the reader has not taken waits in the
+connection's transport (whose high-water mark, 64 KiB, pauses the writes); a
+write that stays paused for ``streams.stall_ms`` disconnects the reader, who
+resumes with ``Last-Event-ID``. Besides its wake-ups, the stream re-reads the
+log whenever it re-checks its Token (``streams.auth_check_ms``), so a lost
+notification costs at most that long.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+from agent_gateway import jsontext
+from agent_gateway.http.connections import TRANSPORT
+from agent_gateway.messages import service as messages
+from agent_gateway.store.window import MAX_LIMIT, Window
+from agent_gateway.streams.hub import Hub
+
+logger = logging.getLogger(__name__)
+
+HEADERS = [
+    (b"content-type", b"text/event-stream; charset=utf-8"),
+    (b"cache-control", b"no-store"),
+    # nginx and others buffer responses unless told not to.
+    (b"x-accel-buffering", b"no"),
+]
+KEEP_ALIVE = b": keep-alive\n\n"
+
+# Whether the stream may go on: re-authenticates its caller (False ends the stream).
+StillAllowed = Callable[[], Awaitable[bool]]
+
+
+def event(message: messages.Message) -> bytes:
+    return b"id: %d\nevent: message\ndata: %s\n\n" % (message.seq, jsontext.dumps(message.to_json()))
+
+
+class MessageStream(Response):
+    """The response of ``GET /messages/stream``, for one User from ``after`` on."""
+
+    # None: FastAPI then describes the error answers as application/json (the route
+    # describes its 200 itself), and the content type is set in HEADERS.
+    media_type = None
+
+    def __init__(self, hub: Hub, user_id: str, after: int | None, still_allowed: StillAllowed | None) -> None:
+        self.hub = hub
+        self.user_id = user_id
+        self.after = after
+        self.still_allowed = still_allowed
+        # Subscribed at once, before the route returns: with no cursor, the stream holds
+        # every Message committed from this moment on.
+        self.subscription = hub.subscribe(user_id)
+        self.disconnected = False
+        self.status_code = 200
+        self.background = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        watcher = asyncio.create_task(self._watch(receive))
+        write = _Writer(scope, send, self.hub.settings.stream_stall_ms / 1000)
+        try:
+            last = self.after
+            if last is None:
+                last = await _newest_seq(self.hub, self.user_id)
+            await write.start()
+            if await self._run(write, last) and not self.disconnected:
+                await write.end()
+        except Exception as exc:  # the database away, say: the client reconnects with Last-Event-ID
+            logger.warning("a Message stream ended early (%s)", type(exc).__name__, extra={"action": "stream_failed"})
+            write.abort()
+        finally:
+            if write.aborted:
+                # Returned once the server has seen the connection go, so that it takes
+                # the unfinished response for a disconnection, not for an error.
+                await asyncio.wait([watcher], timeout=5)
+            watcher.cancel()
+            self.hub.unsubscribe(self.subscription)
+
+    async def _watch(self, receive: Receive) -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        self.disconnected = True
+        self.subscription.wake()
+
+    async def _run(self, write: _Writer, last: int) -> bool:
+        """Send until the reader leaves, the caller's Token ends or the server stops; False when the reader stalled."""
+        settings = self.hub.settings
+        loop = asyncio.get_running_loop()
+        keep_alive_s = settings.stream_keep_alive_ms / 1000
+        check_s = settings.stream_auth_check_ms / 1000
+        next_keep_alive = loop.time() + keep_alive_s
+        next_check = loop.time() + check_s
+        read = True  # the backlog first
+        while not (self.disconnected or self.hub.closed):
+            if read:
+                page = await messages.read(self.hub.store, self.user_id, Window(after=last, limit=MAX_LIMIT))
+                if page:
+                    if not await write.body(b"".join(event(message) for message in page)):
+                        return False
+                    last = page[-1].seq
+                    next_keep_alive = loop.time() + keep_alive_s
+                    if len(page) == MAX_LIMIT:
+                        continue  # more waiting: read on before sleeping
+            now = loop.time()
+            if now >= next_check:
+                next_check = now + check_s
+                if self.still_allowed is not None and not await self.still_allowed():
+                    break
+                read = True  # also the sweep that covers a lost notification
+                continue
+            if now >= next_keep_alive:
+                if not await write.body(KEEP_ALIVE):
+                    return False
+                next_keep_alive = loop.time() + keep_alive_s
+            read = await self.subscription.wait(max(0.0, min(next_keep_alive, next_check) - loop.time()))
+        return True
+
+
+async def _newest_seq(hub: Hub, user_id: str) -> int:
+    [newest] = await messages.read(hub.store, user_id, Window(limit=1)) or [None]
+    return 0 if newest is None else newest.seq
+
+
+class _Writer:
+    """The response's writes; a write the reader holds up past the stall limit aborts the connection."""
+
+    def __init__(self, scope: Scope, send: Send, stall_s: float) -> None:
+        self.scope = scope
+        self._send = send
+        self.stall_s = stall_s
+        self.aborted = False
+
+    async def start(self) -> None:
+        await self._send({"type": "http.response.start", "status": 200, "headers": HEADERS})
+        # Sent at once, so that a client knows the stream is open before any Message.
+        await self.body(KEEP_ALIVE)
+
+    async def body(self, data: bytes, *, more: bool = True) -> bool:
+        """Write ``data``; False when the reader stalled and was disconnected."""
+        message: Any = {"type": "http.response.body", "body": data, "more_body": more}
+        try:
+            await asyncio.wait_for(self._send(message), self.stall_s)
+            return True
+        except asyncio.TimeoutError:
+            logger.info("a Message stream's reader fell behind; disconnected", extra={"action": "stream_stalled"})
+            self.abort()
+            return False
+
+    async def end(self) -> None:
+        await self.body(b"", more=False)
+
+    def abort(self) -> None:
+        transport = self.scope.get(TRANSPORT)
+        if transport is not None:
+            transport.abort()
+            self.aborted = True

@@ -1,0 +1,1 @@
+"""The Users' chat page: static assets shipped in the package, served by the Public server."""

@@ -1,0 +1,362 @@
+// The chat page: log in, read and send Messages, follow the live stream of the User's log.
+//
+// Only this origin is ever asked (the Content-Security-Policy enforces it). The Token is
+// kept in sessionStorage: this tab only, gone when it closes; never in a URL or localStorage.
+// The stream is read with fetch() because EventSource cannot send an Authorization header.
+"use strict";
+
+(() => {
+  const TOKEN_KEY = "agent-gateway.token";
+  const USER_KEY = "agent-gateway.user";
+  const PAGE_LIMIT = 50;
+  const SEND_ATTEMPTS = 3; // a 503 means "not recorded, retry": try again twice by itself
+  const RECONNECT_MAX_MS = 15000;
+  // The gateway sends a keep-alive at least every 15 s; this much silence is a dead connection.
+  const SILENCE_MS = 45000;
+
+  const $ = (id) => document.getElementById(id);
+  const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+  // The logged-in session, or null; every async step checks it is still the current one.
+  let session = null;
+
+  class RequestFailed extends Error {
+    constructor(status, message) {
+      super(message);
+      this.status = status; // 0 when the gateway could not be reached
+    }
+  }
+
+  function request(method, path, { body, token, signal, headers = {} } = {}) {
+    const init = { method, headers: { ...headers }, cache: "no-store", credentials: "omit", signal };
+    if (token) init.headers.Authorization = "Bearer " + token;
+    if (body !== undefined) {
+      init.headers["Content-Type"] = "application/json";
+      init.body = JSON.stringify(body);
+    }
+    return fetch(path, init).catch((error) => {
+      if (error.name === "AbortError") throw error;
+      throw new RequestFailed(0, "Cannot reach the gateway.");
+    });
+  }
+
+  // A JSON API call: its parsed body (null for 204), or a RequestFailed with the spec's message.
+  async function api(method, path, options) {
+    const response = await request(method, path, options);
+    if (response.status === 204) return null;
+    const data = await response.json().catch(() => null);
+    if (!response.ok) {
+      throw new RequestFailed(response.status, (data && data.message) || response.statusText);
+    }
+    return data;
+  }
+
+  function show(element, text) {
+    element.textContent = text;
+    element.hidden = !text;
+  }
+
+  // --- logging in and out ---------------------------------------------------------------
+
+  async function logIn(event) {
+    event.preventDefault();
+    show($("login-error"), "");
+    show($("login-notice"), "");
+    $("login-submit").disabled = true;
+    try {
+      const result = await api("POST", "/auth/tokens", {
+        body: { user: $("login-user").value.trim(), password: $("login-password").value },
+      });
+      $("login-password").value = "";
+      begin(result.token, result.user.id);
+    } catch (error) {
+      const messages = {
+        401: "Wrong User id or password.",
+        400: "Check what you typed: " + error.message,
+        0: "Cannot reach the gateway. Check your connection and try again.",
+      };
+      show($("login-error"), messages[error.status] || "Login failed: " + error.message);
+    } finally {
+      $("login-submit").disabled = false;
+    }
+  }
+
+  function begin(token, userId) {
+    sessionStorage.setItem(TOKEN_KEY, token);
+    sessionStorage.setItem(USER_KEY, userId);
+    session = { token, userId, resumeAfter: null, oldest: null, controller: null };
+    $("messages").replaceChildren();
+    $("older").hidden = true;
+    show($("chat-error"), "");
+    $("chat-user").textContent = "User " + userId;
+    $("login").hidden = true;
+    $("chat").hidden = false;
+    $("send-text").focus();
+    follow(session);
+  }
+
+  // Back to the login form; ``notice`` says why.
+  function end(notice, isError) {
+    if (session && session.controller) session.controller.abort();
+    session = null;
+    sessionStorage.removeItem(TOKEN_KEY);
+    sessionStorage.removeItem(USER_KEY);
+    $("messages").replaceChildren();
+    $("chat").hidden = true;
+    $("login").hidden = false;
+    show($("login-error"), isError ? notice : "");
+    show($("login-notice"), isError ? "" : notice);
+  }
+
+  async function logOut() {
+    const current = session;
+    $("logout").disabled = true;
+    try {
+      await api("DELETE", "/auth/tokens/current", { token: current.token });
+    } catch (error) {
+      // 401: the Token already stopped working, which is what logging out wants.
+      if (error.status !== 401) {
+        show($("chat-error"), "Could not log out (" + error.message + "); the Token still works. Try again.");
+        return;
+      }
+    } finally {
+      $("logout").disabled = false;
+    }
+    if (session === current) end("You are logged out.", false);
+  }
+
+  function sessionEnded() {
+    end("Your session has ended (the Token expired or was revoked). Log in again.", true);
+  }
+
+  // --- the conversation -----------------------------------------------------------------
+
+  function nearBottom(log) {
+    return log.scrollHeight - log.scrollTop - log.clientHeight < 80;
+  }
+
+  // Shows a Message once, in seq order, whichever way it arrived (page, send or stream).
+  function add(message) {
+    const list = $("messages");
+    const seq = String(message.seq);
+    if (list.querySelector(`li[data-seq="${seq}"]`)) return;
+    const item = document.createElement("li");
+    item.className = "message " + (message.direction === "inbound" ? "inbound" : "outbound");
+    item.dataset.seq = seq;
+    const meta = document.createElement("span");
+    meta.className = "meta";
+    const when = new Date(message.createdAt);
+    const who = message.direction === "inbound" ? "You" : "Agent";
+    meta.textContent = who + " · " + when.toLocaleString([], { dateStyle: "short", timeStyle: "short" });
+    item.append(meta, document.createTextNode(message.text)); // text, never markup
+    let next = null;
+    for (const other of list.children) {
+      if (Number(other.dataset.seq) > message.seq) {
+        next = other;
+        break;
+      }
+    }
+    list.insertBefore(item, next);
+    if (session && (session.oldest === null || message.seq < session.oldest)) session.oldest = message.seq;
+  }
+
+  function addAtEnd(messages) {
+    const log = $("log");
+    const follow = nearBottom(log);
+    messages.forEach(add);
+    if (follow) log.scrollTop = log.scrollHeight;
+  }
+
+  // The newest page; the stream then resumes right after it, so nothing falls in between.
+  async function loadNewest(current) {
+    const page = await api("GET", "/messages?limit=" + PAGE_LIMIT, { token: current.token });
+    if (session !== current) return;
+    addAtEnd(page.messages);
+    $("log").scrollTop = $("log").scrollHeight;
+    $("older").hidden = page.messages.length < PAGE_LIMIT;
+    const last = page.messages[page.messages.length - 1];
+    current.resumeAfter = last ? last.seq : 0;
+  }
+
+  async function loadOlder() {
+    const current = session;
+    if (!current || current.oldest === null || $("older").disabled) return;
+    $("older").disabled = true;
+    try {
+      const page = await api("GET", `/messages?before=${current.oldest}&limit=${PAGE_LIMIT}`, {
+        token: current.token,
+      });
+      if (session !== current) return;
+      const log = $("log");
+      const fromBottom = log.scrollHeight - log.scrollTop;
+      page.messages.forEach(add);
+      log.scrollTop = log.scrollHeight - fromBottom; // the reader stays where they were
+      $("older").hidden = page.messages.length < PAGE_LIMIT;
+    } catch (error) {
+      if (error.status === 401) return sessionEnded();
+      show($("chat-error"), "Could not load older messages: " + error.message);
+    } finally {
+      $("older").disabled = false;
+    }
+  }
+
+  async function send(event) {
+    event.preventDefault();
+    const current = session;
+    const text = $("send-text").value;
+    if (!current || text === "") return;
+    $("send").disabled = true;
+    show($("chat-error"), "");
+    try {
+      for (let attempt = 1; ; attempt++) {
+        try {
+          const message = await api("POST", "/messages", { token: current.token, body: { text } });
+          if (session !== current) return;
+          if ($("send-text").value === text) $("send-text").value = "";
+          $("log").scrollTop = $("log").scrollHeight;
+          addAtEnd([message]);
+          return;
+        } catch (error) {
+          if (error.status === 503 && attempt < SEND_ATTEMPTS) {
+            await sleep(500 * attempt);
+            continue;
+          }
+          if (error.status === 401) return sessionEnded();
+          const messages = {
+            503: "The gateway is busy: your Message was not recorded. Press Send to try again.",
+            0: "Cannot reach the gateway: your Message may not have been sent. It appears above if it was; otherwise press Send again.",
+          };
+          show($("chat-error"), messages[error.status] || "Not sent: " + error.message);
+          return;
+        }
+      }
+    } finally {
+      $("send").disabled = false;
+      $("send-text").focus();
+    }
+  }
+
+  // --- the live stream ------------------------------------------------------------------
+
+  function setStatus(text, lost) {
+    const status = $("live-status");
+    status.textContent = text;
+    status.classList.toggle("lost", Boolean(lost));
+  }
+
+  // Keeps the stream open for as long as ``current`` is the session, reconnecting after
+  // any failure with Last-Event-ID so that no Message is missed or shown twice.
+  async function follow(current) {
+    let failures = 0;
+    while (session === current) {
+      setStatus(failures ? "Reconnecting…" : "Connecting…");
+      try {
+        if (current.resumeAfter === null) await loadNewest(current);
+        if (session !== current) return;
+        await readStream(current, () => {
+          failures = 0;
+          show($("chat-error"), "");
+          setStatus("Live");
+        });
+      } catch (error) {
+        if (session !== current) return;
+        if (error.status === 401) return sessionEnded();
+      }
+      if (session !== current) return;
+      failures += 1;
+      const delay = Math.min(1000 * 2 ** (failures - 1), RECONNECT_MAX_MS);
+      setStatus(`Connection lost; reconnecting in ${Math.round(delay / 1000)} s`, true);
+      await sleep(delay);
+    }
+  }
+
+  // One stream connection: returns when it ends, throws when it cannot open or breaks.
+  async function readStream(current, opened) {
+    const controller = new AbortController();
+    current.controller = controller;
+    let silence;
+    const quiet = () => {
+      clearTimeout(silence);
+      silence = setTimeout(() => controller.abort(), SILENCE_MS);
+    };
+    quiet();
+    try {
+      const response = await request("GET", "/messages/stream", {
+        token: current.token,
+        signal: controller.signal,
+        headers: { Accept: "text/event-stream", "Last-Event-ID": String(current.resumeAfter) },
+      });
+      if (!response.ok) {
+        const data = await response.json().catch(() => null);
+        throw new RequestFailed(response.status, (data && data.message) || response.statusText);
+      }
+      opened();
+      const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+      const parser = eventParser((event) => {
+        if (event.type !== "message" || session !== current) return;
+        const message = JSON.parse(event.data);
+        addAtEnd([message]);
+        // Resume after what the stream delivered, never after what a send returned:
+        // an earlier Message may still be on its way.
+        current.resumeAfter = Number(event.id);
+      });
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) return;
+        quiet();
+        parser(value);
+      }
+    } finally {
+      clearTimeout(silence);
+      controller.abort();
+    }
+  }
+
+  // text/event-stream, as the HTML standard parses it: lines, fields, a blank line ends an event.
+  function eventParser(dispatch) {
+    let buffer = "";
+    let event = { type: "message", data: [], id: null };
+    let skipLineFeed = false;
+    return (chunk) => {
+      // A chunk may end inside a line, or between the \r and \n of one line ending.
+      if (skipLineFeed && chunk.startsWith("\n")) chunk = chunk.slice(1);
+      skipLineFeed = chunk.endsWith("\r");
+      buffer += chunk;
+      const lines = buffer.split(/\r\n|\r|\n/);
+      buffer = lines.pop();
+      for (const line of lines) {
+        if (line === "") {
+          if (event.data.length) dispatch({ type: event.type, data: event.data.join("\n"), id: event.id });
+          event = { type: "message", data: [], id: event.id };
+        } else if (!line.startsWith(":")) {
+          const colon = line.indexOf(":");
+          const field = colon < 0 ? line : line.slice(0, colon);
+          let value = colon < 0 ? "" : line.slice(colon + 1);
+          if (value.startsWith(" ")) value = value.slice(1);
+          if (field === "event") event.type = value;
+          else if (field === "data") event.data.push(value);
+          else if (field === "id") event.id = value;
+        }
+      }
+    };
+  }
+
+  // --- wiring ---------------------------------------------------------------------------
+
+  $("login-form").addEventListener("submit", logIn);
+  $("send-form").addEventListener("submit", send);
+  $("logout").addEventListener("click", logOut);
+  $("older").addEventListener("click", loadOlder);
+  $("log").addEventListener("scroll", () => {
+    if ($("log").scrollTop === 0 && !$("older").hidden) loadOlder();
+  });
+  $("send-text").addEventListener("keydown", (event) => {
+    if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
+      event.preventDefault();
+      $("send-form").requestSubmit();
+    }
+  });
+
+  const token = sessionStorage.getItem(TOKEN_KEY);
+  if (token) begin(token, sessionStorage.getItem(USER_KEY) || "");
+})();

@@ -1,0 +1,69 @@
+"""Wake-ups of Message streams across processes, shown with two stores on one database.
+
+Each store stands for one gateway process: the one that writes a Message is
+never the one whose stream must wake. On PostgreSQL the wake-up is the
+transaction's NOTIFY; on SQLite, the Hub's poll of the log table (the
+datagrams of ``store.notifications`` reach only the process running the loops).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from agent_gateway import config
+from agent_gateway.messages import service as messages
+from agent_gateway.store.engine import Store
+from agent_gateway.streams.hub import Hub
+from agent_gateway.users import service as users
+
+CEILING_S = 300
+
+
+async def test_a_message_written_by_another_process_wakes_the_users_streams(
+    settings: config.Settings, database_url: str
+) -> None:
+    reader, writer = Store(database_url), Store(database_url)
+    hub = Hub(reader, dataclasses.replace(settings, http_workers=2))
+    try:
+        if reader.dialect == "postgresql":
+            reader.listen()
+        hub.start()
+        async with writer.transaction() as conn:
+            user = await users.admit(conn)
+            other = await users.admit(conn)
+        subscription = hub.subscribe(user.id)
+        bystander = hub.subscribe(other.id)
+        async with writer.transaction() as conn:
+            await messages.send(conn, user.id, "hello")
+        assert await subscription.wait(CEILING_S)
+        # Its first poll wakes every stream once (see Hub._poll); from then on, only
+        # the streams of the User whose log grew.
+        await bystander.wait(0)
+        async with writer.transaction() as conn:
+            await messages.send(conn, user.id, "again")
+        assert await subscription.wait(CEILING_S)
+        assert not await bystander.wait(0)
+        async with writer.transaction() as conn:
+            await messages.send(conn, other.id, "and you")
+        assert await bystander.wait(CEILING_S)
+        hub.unsubscribe(subscription)
+        hub.unsubscribe(bystander)
+        assert len(hub) == 0
+    finally:
+        await hub.close()
+        await reader.close()
+        await writer.close()
+
+
+async def test_closing_the_hub_wakes_every_stream(settings: config.Settings, database_url: str) -> None:
+    store = Store(database_url)
+    hub = Hub(store, settings)
+    try:
+        async with store.transaction() as conn:
+            user = await users.admit(conn)
+        subscription = hub.subscribe(user.id)
+        await hub.close()
+        assert hub.closed
+        assert await subscription.wait(CEILING_S)
+    finally:
+        await store.close()
