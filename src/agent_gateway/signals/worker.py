@@ -109,7 +109,9 @@ class Worker:
             signal = await signal_queries.claim_oldest(conn)
         if signal is None:
             return False
-        logger.info("Signal %s claimed (kind %s)", signal.id, signal.kind, extra={"action": "claim_signal", "signal": signal.id})
+        logger.info(
+            "Signal %s claimed (kind %s)", signal.id, signal.kind, extra={"action": "claim_signal", "signal": signal.id}
+        )
         while signal is not None:
             try:
                 signal = await self._process(signal)
@@ -248,7 +250,10 @@ class Worker:
                 },
             )
         if claimed is not None:
-            logger.info("Signal %s claimed (kind %s)", claimed.id, claimed.kind, extra={"action": "claim_signal", "signal": claimed.id})
+            logger.info(
+                "Signal %s claimed (kind %s)", claimed.id, claimed.kind,
+                extra={"action": "claim_signal", "signal": claimed.id},
+            )
         return claimed
 
 
