@@ -58,6 +58,17 @@ max_body_bytes = 1048576
 
 [log]
 level = "INFO"
+# "text", or "json": one JSON object per line, with an access log line per request.
+format = "text"
+# access = true          # the access log in text too (on by default in json)
+
+[ops]
+# Health (/healthz), readiness (/readyz) and Prometheus metrics (/metrics); "" turns it off.
+listen = "127.0.0.1:8702"
+
+[retention]
+# Remove Signals that ended more than this long ago, with their Runs, once an hour.
+# signals_max_age = "30d"
 """
 
 # The agent: the demo echo agent answers each Message, until you point it at your own.

@@ -2,13 +2,31 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Iterator
 
 import httpx
 import pytest
+import sqlalchemy as sa
 from prometheus_client.parser import text_string_to_metric_families
 
 from agent_gateway.gateway import Gateway
+from tests.conftest import RUN_ID, _postgres_dsn, admin
+
+
+@pytest.fixture
+def postgresql_url(postgres_template: str) -> Iterator[str]:
+    """A fresh, migrated PostgreSQL database, for the cases that drop it under a running gateway."""
+    name = f"agw_{RUN_ID}_{uuid.uuid4().hex[:10]}"
+    asyncio.run(admin(f"CREATE DATABASE {name} TEMPLATE {postgres_template}"))
+    yield _postgres_dsn(name)
+    asyncio.run(admin(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+
+
+async def drop(url: str) -> None:
+    """Drop the database of ``url`` under whoever is connected to it."""
+    await admin(f"DROP DATABASE {sa.make_url(url).database} WITH (FORCE)")
 
 
 @pytest.fixture

@@ -13,8 +13,7 @@ from agent_gateway import config
 from agent_gateway.gateway import Gateway
 from agent_gateway.signals import service as signals
 from agent_gateway.users import service as users
-from tests.conftest import admin
-from tests.ops.conftest import samples, scrape, value
+from tests.ops.conftest import drop, samples, scrape, value
 from tests.served import free_port
 
 
@@ -80,15 +79,18 @@ async def test_not_ready_when_the_database_does_not_answer(settings: config.Sett
         await gateway.store.close()
 
 
-async def test_not_ready_when_the_postgresql_database_is_dropped(
-    gateway: Gateway, ops: httpx.AsyncClient, database_url: str
-) -> None:
-    if not database_url.startswith("postgresql"):
-        pytest.skip("a PostgreSQL database is dropped; the SQLite case is the unreachable file above")
-    assert (await ops.get("/readyz")).status_code == 200
-    await admin(f"DROP DATABASE {sa.make_url(database_url).database} WITH (FORCE)")
-    response = await ops.get("/readyz")
-    assert response.status_code == 503 and response.json()["checks"]["database"].startswith("unavailable: ")
+async def test_not_ready_when_the_postgresql_database_is_dropped(settings: config.Settings, postgresql_url: str) -> None:
+    gateway = Gateway(dataclasses.replace(settings, database_url=postgresql_url))
+    await gateway.start()
+    try:
+        assert gateway.ops_app is not None
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=gateway.ops_app), base_url="http://ops") as ops:
+            assert (await ops.get("/readyz")).status_code == 200
+            await drop(postgresql_url)
+            response = await ops.get("/readyz")
+            assert response.status_code == 503 and response.json()["checks"]["database"].startswith("unavailable: ")
+    finally:
+        await gateway.stop()
 
 
 async def test_metrics_move_with_requests(

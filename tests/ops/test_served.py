@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from tests import served
-from tests.ops.conftest import value
+from tests.ops.conftest import drop, value
 
 pytestmark = pytest.mark.e2e
 
@@ -128,6 +128,19 @@ def test_several_http_processes_share_their_counts(tmp_path: Path, database_url:
             assert httpx.get(f"{gateway.agent_url}/users", timeout=120).status_code == 200
         text = httpx.get(f"{gateway.ops_url}/metrics", timeout=120).text
         assert value(text, "agent_gateway_http_requests_total", server="agent", route="/users", method="GET", status="200") == requests
+
+
+async def test_readiness_fails_when_the_postgresql_database_is_dropped(tmp_path: Path, postgresql_url: str) -> None:
+    with served.ServedGateway.start(tmp_path / "deployment", postgresql_url) as gateway:
+        async with httpx.AsyncClient(base_url=gateway.ops_url, timeout=120) as ops:
+            assert (await ops.get("/readyz")).status_code == 200
+            await drop(postgresql_url)
+            response = await ops.get("/readyz")
+            assert response.status_code == 503
+            assert response.json()["status"] == "not ready"
+            assert response.json()["checks"]["database"].startswith("unavailable: ")
+            assert (await ops.get("/healthz")).status_code == 200  # alive, not ready
+            assert (await ops.get("/metrics")).status_code == 200
 
 
 def test_ops_listener_off(tmp_path: Path, sqlite_url: str) -> None:

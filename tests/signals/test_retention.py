@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import uuid
+from collections.abc import AsyncIterator
 from datetime import timedelta
 
 import httpx
@@ -19,7 +21,17 @@ from agent_gateway.store import signals as signal_queries
 from agent_gateway.store import tables
 from agent_gateway.store.engine import Store
 from agent_gateway.users import service as users
+from tests import served
 from tests.signals.conftest import until
+
+
+@contextlib.asynccontextmanager
+async def store_of(gateway: served.ServedGateway) -> AsyncIterator[Store]:
+    store = Store(gateway.env["AGENT_GATEWAY_DATABASE_URL"])
+    try:
+        yield store
+    finally:
+        await store.close()
 
 LONG_AGO = "2026-01-01T00:00:00.000Z"
 DAY = timedelta(days=1)
@@ -168,3 +180,35 @@ def test_the_setting(tmp_path) -> None:  # type: ignore[no-untyped-def]
     path.write_text('[auth]\ntoken_ttl_ms = 1\n[retention]\nsignals_max_age = "12x"\n')
     with pytest.raises(config.SettingsError, match="retention.signals_max_age"):
         config.load(path, environ={})
+
+
+@pytest.mark.e2e
+async def test_prune_while_serving(served_gateway: served.ServedGateway) -> None:
+    """``agent-gateway prune`` in a process of its own while ``serve`` writes the same database."""
+    user = served_gateway.cli_json("users", "add")["id"]
+    async with httpx.AsyncClient(base_url=served_gateway.agent_url, timeout=120) as agent:
+        for n in range(3):  # the echo agent's Runs end these Signals
+            assert (await agent.post("/decisions", json={"statement": f"s{n}"})).status_code == 201
+        async with store_of(served_gateway) as store:
+            async with store.transaction() as conn:
+                for n in range(3):
+                    await messages.receive(conn, user, f"hello {n}")
+
+        async def all_ended() -> bool:
+            listed = (await agent.get("/signals")).json()["signals"]
+            return len(listed) == 3 and all(signal["state"] in ("done", "failed") for signal in listed)
+
+        await until(all_ended)
+        ended = [signal["id"] for signal in (await agent.get("/signals")).json()["signals"]]
+        runs = {signal_id: (await agent.get("/runs", params={"signalId": signal_id})).json()["runs"] for signal_id in ended}
+        assert all(runs.values())
+
+        pruned = served_gateway.cli_json("prune", "--before", "0s")
+        assert (pruned["signals"], pruned["runs"]) == (3, sum(len(r) for r in runs.values()))
+        assert (await agent.get("/signals")).json() == {"signals": []}
+        for signal_id in ended:
+            assert (await agent.get(f"/signals/{signal_id}")).status_code == 404
+            assert (await agent.get("/runs", params={"signalId": signal_id})).json() == {"runs": []}
+        # Still serving, and its log is untouched: Messages and Decisions stay.
+        assert len((await agent.get("/messages", params={"user": user})).json()["messages"]) >= 3
+        assert len((await agent.get("/decisions")).json()["decisions"]) == 3

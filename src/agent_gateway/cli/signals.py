@@ -37,7 +37,8 @@ def list_signals(
 
     async def work(store: Store) -> list:
         async with store.read() as conn:
-            return [signal.to_json() for signal in await service.list_signals(conn, limit, kind, state=state and state.value)]
+            found = await service.list_signals(conn, limit, kind, state=state and state.value)
+        return [signal.to_json() for signal in found]
 
     print_json(with_store(config_path, work))
 
@@ -70,7 +71,8 @@ def list_runs(
 
     async def work(store: Store) -> list:
         async with store.read() as conn:
-            return [run.to_json() for run in await service.list_runs(conn, limit, signal_id, state=state and state.value)]
+            found = await service.list_runs(conn, limit, signal_id, state=state and state.value)
+        return [run.to_json() for run in found]
 
     print_json(with_store(config_path, work))
 

@@ -81,7 +81,9 @@ class Sampled:
         self.signals, self.signals_at = counts, time.monotonic()
 
     def collect(self) -> Iterator[Metric]:
-        family = GaugeMetricFamily(f"{PREFIX}_signals", "Signals per state (from the database, cached).", labels=["state"])
+        family = GaugeMetricFamily(
+            f"{PREFIX}_signals", "Signals per state (from the database, cached).", labels=["state"]
+        )
         for state, count in self.signals.items():
             family.add_metric([state], count)
         yield family
@@ -92,7 +94,9 @@ class Sampled:
             )
         in_use, waiting = self._pool()
         yield GaugeMetricFamily(
-            f"{PREFIX}_db_pool_connections_in_use", "Database connections checked out of this process's pool.", value=in_use
+            f"{PREFIX}_db_pool_connections_in_use",
+            "Database connections checked out of this process's pool.",
+            value=in_use,
         )
         yield GaugeMetricFamily(
             f"{PREFIX}_db_pool_waiting", "Tasks of this process waiting for a database connection.", value=waiting

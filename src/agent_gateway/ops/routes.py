@@ -51,7 +51,9 @@ async def metrics_text(request: Request) -> Any:
                 async with gateway.store.read() as conn:
                     sampled.set_signals(await signal_queries.count_by_state(conn))
         except Exception as exc:  # the other metrics still matter; the gauge keeps its last values
-            logger.warning("cannot count Signals for /metrics: %s", type(exc).__name__, extra={"action": "metrics_signals"})
+            logger.warning(
+                "cannot count Signals for /metrics: %s", type(exc).__name__, extra={"action": "metrics_signals"}
+            )
     return Response(metrics.exposition(sampled), media_type=PROMETHEUS_TEXT)
 
 

@@ -176,7 +176,8 @@ async def fire_due(conn: AsyncConnection, *, limit: int) -> list[str]:
     for schedule in await queries.claim_due(conn, now=clock.now_iso(), limit=limit):
         fired_at = clock.now()
         # Observed as it fires: a rolled-back batch is fired again, later, and observed again.
-        metrics.schedule_fire_lateness.observe(max(0.0, (fired_at - clock.parse_instant(schedule.next_fire_at)).total_seconds()))
+        lateness = fired_at - clock.parse_instant(schedule.next_fire_at)
+        metrics.schedule_fire_lateness.observe(max(0.0, lateness.total_seconds()))
         payload = {
             "scheduleName": schedule.name,
             "scheduledFor": schedule.next_fire_at,

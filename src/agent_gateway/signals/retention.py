@@ -78,7 +78,9 @@ class Pruner:
             try:
                 pruned = await prune(self.store, self.max_age)
             except Exception:
-                logger.exception("pruning ended Signals failed; trying again in an hour", extra={"action": "prune_failed"})
+                logger.exception(
+                    "pruning ended Signals failed; trying again in an hour", extra={"action": "prune_failed"}
+                )
             else:
                 if pruned.signals:
                     logger.info(

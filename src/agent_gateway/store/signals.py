@@ -93,7 +93,9 @@ async def get(conn: AsyncConnection, *, id: str) -> Signal | None:
     return Signal.from_row(row) if row else None
 
 
-async def newest(conn: AsyncConnection, *, limit: int, kind: str | None = None, state: str | None = None) -> list[Signal]:
+async def newest(
+    conn: AsyncConnection, *, limit: int, kind: str | None = None, state: str | None = None
+) -> list[Signal]:
     query = sa.select(*_COLUMNS).order_by(*_NEWEST_FIRST).limit(limit)
     if kind is not None:
         query = query.where(signals.c.kind == kind)
