@@ -80,7 +80,7 @@ decisions = sa.Table(
 )
 
 # The hashes of the complete subtrees of the Merkle tree over the Decision log (store.tree):
-# ``node`` is ``level << 48 | index``, the subtree of 2**level leaves from index * 2**level.
+# ``node`` names the subtree of 2**level leaves from index * 2**level (see store.tree.key).
 decision_tree = sa.Table(
     "decision_tree",
     metadata,

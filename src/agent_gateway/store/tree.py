@@ -24,37 +24,33 @@ from agent_gateway.store.engine import Store
 from agent_gateway.store.tables import decision_tree, decisions
 from agent_gateway.transparency import merkle
 
-# Bits of a node's key that hold its index within its level (2**48 leaves is plenty).
-LEVEL_SHIFT = 48
+# A node's key is (the last leaf it covers) << LEVEL_BITS | its level: the nodes one
+# append completes are adjacent, and every append writes at the end of the primary key.
+LEVEL_BITS = 6
 
-# The newest leaf is the largest key of level 0.
-_SIZE = direct.Query(
-    sa.select(sa.func.coalesce(sa.func.max(decision_tree.c.node) + 1, 0)).where(
-        decision_tree.c.node < 1 << LEVEL_SHIFT
-    )
-)
+_SIZE = direct.Query(sa.text("SELECT coalesce((max(node) >> :bits) + 1, 0) FROM decision_tree"))
 _LEAF_INDEX = direct.Query(sa.select(decisions.c.leaf_index).where(decisions.c.seq == sa.bindparam("seq")))
 # Many nodes in one statement: PostgreSQL takes an array, SQLite a JSON array.
 _NODES = {
     "postgresql": direct.Query(sa.text("SELECT node, hash FROM decision_tree WHERE node = ANY(CAST(:keys AS BIGINT[]))")),
     "sqlite": direct.Query(sa.text("SELECT node, hash FROM decision_tree WHERE node IN (SELECT value FROM json_each(:keys))")),
 }
-# The frontier in one statement: the newest leaf gives the size n, and the frontier is the
+# The frontier in one statement: the newest node tells the size n, and the frontier is the
 # subtree (L, (n >> L) - 1) for each bit L set in n; one primary-key lookup each.
 _FRONTIER = {
     "postgresql": direct.Query(
         sa.text(
-            "WITH s AS (SELECT coalesce(max(node) + 1, 0) AS n FROM decision_tree WHERE node < CAST(1 AS bigint) << :shift) "
-            "SELECT t.node, t.hash FROM s CROSS JOIN generate_series(0, :shift - 1) AS l "
-            "JOIN decision_tree AS t ON t.node = (CAST(l AS bigint) << :shift) | ((s.n >> l) - 1) "
+            "WITH s AS (SELECT coalesce((max(node) >> :bits) + 1, 0) AS n FROM decision_tree) "
+            "SELECT t.node, t.hash FROM s CROSS JOIN generate_series(0, 62) AS l "
+            "JOIN decision_tree AS t ON t.node = ((((s.n >> l) << l) - 1) << :bits) | l "
             "WHERE (s.n >> l) & 1 = 1"
         )
     ),
     "sqlite": direct.Query(
         sa.text(
-            "WITH RECURSIVE s(n) AS (SELECT coalesce(max(node) + 1, 0) FROM decision_tree WHERE node < 1 << :shift), "
+            "WITH RECURSIVE s(n) AS (SELECT coalesce((max(node) >> :bits) + 1, 0) FROM decision_tree), "
             "l(v) AS (SELECT 0 UNION ALL SELECT v + 1 FROM l, s WHERE (n >> (v + 1)) > 0) "
-            "SELECT t.node, t.hash FROM l, s JOIN decision_tree AS t ON t.node = (v << :shift) | ((n >> v) - 1) "
+            "SELECT t.node, t.hash FROM l, s JOIN decision_tree AS t ON t.node = ((((n >> v) << v) - 1) << :bits) | v "
             "WHERE (n >> v) & 1"
         )
     ),
@@ -64,11 +60,12 @@ _INSERT = direct.Query(decision_tree.insert().values(node=sa.bindparam("key"), h
 
 def key(node: merkle.Node) -> int:
     level, index = node
-    return level << LEVEL_SHIFT | index
+    return (((index + 1) << level) - 1) << LEVEL_BITS | level
 
 
 def _node(key_: int) -> merkle.Node:
-    return key_ >> LEVEL_SHIFT, key_ & ((1 << LEVEL_SHIFT) - 1)
+    level = key_ & ((1 << LEVEL_BITS) - 1)
+    return level, (((key_ >> LEVEL_BITS) + 1) >> level) - 1
 
 
 def _keys(dialect: str, nodes: Sequence[merkle.Node]) -> object:
@@ -92,7 +89,7 @@ class Growth:
 async def growth(conn: AsyncConnection, leaves: Sequence[bytes]) -> Growth:
     """What appending the Decisions' JWS ``leaves`` writes, read in the caller's transaction
     after their numbers are drawn (one statement: the frontier)."""
-    stored = _hashes(await direct.run(conn, _FRONTIER[conn.dialect.name], shift=LEVEL_SHIFT))
+    stored = _hashes(await direct.run(conn, _FRONTIER[conn.dialect.name], bits=LEVEL_BITS))
     # The lowest subtree of the frontier ends at the newest leaf: (index + 1) << level is the size.
     size = max(((index + 1) << level for level, index in stored), default=0)
     frontier = [stored[node] for node in merkle.subtrees(0, size)]
@@ -106,7 +103,7 @@ async def write(conn: AsyncConnection, growth: Growth) -> None:
 
 async def size(store: Store) -> int:
     """How many Decisions the tree holds (committed ones only)."""
-    [(count,)] = await store.fetch(_SIZE)
+    [(count,)] = await store.fetch(_SIZE, bits=LEVEL_BITS)
     return int(count)
 
 

@@ -130,7 +130,7 @@ class Auditor:
         while count > 0:
             page = self._get_json(f"/decisions?after={after}&limit={PAGE}", "the Decision log")["decisions"]
             if not page:
-                raise AuditFailure(f"{name}: the log ends {count} Decisions short of it after seq {after}")
+                raise AuditFailure(f"{name}: the log lacks {count} of its Decisions after seq {after}")
             for decision in page[:count]:
                 if not isinstance(decision, dict) or not isinstance(decision.get("seq"), int) or decision["seq"] <= after:
                     raise AuditFailure(f"the Decision log is out of order after seq {after}")

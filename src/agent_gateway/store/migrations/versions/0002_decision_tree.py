@@ -21,7 +21,7 @@ depends_on = None
 
 # Decisions read, hashed and written per round while the tree is built.
 _CHUNK = 10_000
-_LEVEL_SHIFT = 48  # as store.tree.LEVEL_SHIFT, frozen here as this revision wrote it
+_LEVEL_BITS = 6  # store.tree.key, frozen here as this revision writes it
 
 
 def upgrade() -> None:
@@ -50,11 +50,16 @@ def _build_tree(bind: sa.Connection) -> None:
             return
         completed = merkle.appended(frontier, size, [merkle.leaf_hash(jws.encode()) for _, jws in rows])
         bind.execute(set_leaf, [{'number': seq, 'leaf': size + offset} for offset, (seq, _) in enumerate(rows)])
-        bind.execute(nodes.insert(), [{'node': level << _LEVEL_SHIFT | index, 'hash': hash_} for (level, index), hash_ in completed])
+        bind.execute(nodes.insert(), [{'node': _key(level, index), 'hash': hash_} for (level, index), hash_ in completed])
         known = dict(completed) | dict(zip(merkle.subtrees(0, size), frontier))
         size += len(rows)
         frontier = [known[node] for node in merkle.subtrees(0, size)]
         after = rows[-1][0]
+
+
+def _key(level: int, index: int) -> int:
+    """The node's key: the last leaf it covers, then its level."""
+    return (((index + 1) << level) - 1) << _LEVEL_BITS | level
 
 
 def downgrade() -> None:
