@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -111,10 +112,12 @@ class PersistentRuntime:
     async def _started(self) -> _Agent:
         """The running program, started (after the backoff it has earned) when there is none."""
         agent = self._agent
-        if agent is not None and agent.process.returncode is None:
+        if agent is not None and not agent.exited():
             agent.stderr.clear()  # a Run's failure quotes what the program wrote during that Run
             return agent
         self._agent = None
+        if agent is not None:  # it exited between Runs: reap it, and stop whatever it left in its group
+            await agent.stop()
         loop = asyncio.get_running_loop()
         if self._failures:
             backoff = min(BACKOFF_FIRST_S * 2 ** (self._failures - 1), BACKOFF_MAX_S)
@@ -165,6 +168,20 @@ class _Agent:
         self.stopping = False
         self._reading = asyncio.create_task(self.stderr.read(process.stderr))
         self._watching = asyncio.create_task(self._watch())
+
+    def exited(self) -> bool:
+        """Whether the program has exited, asked of the kernel now.
+
+        asyncio learns of an exit a moment later: a Run handed to a program
+        killed just before would fail although no agent ever saw it.
+        ``WNOWAIT`` leaves the exit status for asyncio to collect.
+        """
+        if self.process.returncode is not None:
+            return True
+        try:
+            return os.waitid(os.P_PID, self.process.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+        except ChildProcessError:  # already collected by asyncio
+            return True
 
     async def hand(self, run: Run) -> str | None:
         """Write the Run, read the answer: None when done, the error when failed."""
