@@ -250,3 +250,12 @@ async def test_a_program_killed_just_before_a_run_does_not_fail_that_run(agent: 
         time.sleep(0.001)
     await runtime.run(a_run("ok", "r-2"))
     assert agent.pids()[1] != old
+
+
+async def test_what_a_program_started_is_stopped_when_it_exits_mid_run(agent: Agent, make: Any) -> None:
+    runtime = make(agent.argv())
+    await runtime.run(a_run("spawn", "r-1"))
+    child = int(agent.record.with_name(agent.record.name + ".child").read_text())
+    with pytest.raises(RunFailed):
+        await runtime.run(a_run("exit", "r-2"))
+    await gone(child)
