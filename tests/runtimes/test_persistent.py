@@ -8,6 +8,7 @@ import logging
 import os
 import signal
 import sys
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -231,3 +232,30 @@ async def test_cancelling_a_run_stops_the_program(agent: Agent, make: Any) -> No
     with pytest.raises(asyncio.CancelledError):
         await task
     await gone(agent.pids()[0])
+
+
+async def test_a_program_killed_just_before_a_run_does_not_fail_that_run(agent: Agent, make: Any) -> None:
+    """Killed, and the next Run handed at once: before asyncio has noticed the exit."""
+    runtime = make(agent.argv())
+    await runtime.run(a_run("ok", "r-1"))
+    [old] = agent.pids()
+    os.kill(old, signal.SIGKILL)
+    # Wait (blocking the loop, so asyncio cannot notice) until the kernel says it exited.
+    while True:
+        try:
+            if os.waitid(os.P_PID, old, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+                break
+        except ChildProcessError:  # asyncio's watcher thread (3.11's default) collected it already
+            break
+        time.sleep(0.001)
+    await runtime.run(a_run("ok", "r-2"))
+    assert agent.pids()[1] != old
+
+
+async def test_what_a_program_started_is_stopped_when_it_exits_mid_run(agent: Agent, make: Any) -> None:
+    runtime = make(agent.argv())
+    await runtime.run(a_run("spawn", "r-1"))
+    child = int(agent.record.with_name(agent.record.name + ".child").read_text())
+    with pytest.raises(RunFailed):
+        await runtime.run(a_run("exit", "r-2"))
+    await gone(child)

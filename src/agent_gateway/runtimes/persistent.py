@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -34,6 +35,8 @@ from agent_gateway.store.runs import Run
 MAX_LINE_BYTES = 1024 * 1024
 # After the program exits, how long a descendant still holding its stderr open may delay the outcome.
 STDERR_DRAIN_S = 1.0
+# How often a Run in progress checks whether the program has exited.
+EXIT_POLL_S = 0.05
 # Restarts after a program that ended without answering a Run wait 0.1 s, 0.2 s, ... up to this.
 BACKOFF_MAX_S = 10.0
 BACKOFF_FIRST_S = 0.1
@@ -90,7 +93,9 @@ class PersistentRuntime:
         except _Ended:
             self._agent = None
             self._failures += 0 if agent.answered else 1
-            raise await agent.failure() from None
+            failed = await agent.failure()
+            await asyncio.shield(agent.stop())  # whatever it started, still in its group
+            raise failed from None
         except _ProtocolBroken as broken:
             logger.warning(
                 "the agent program broke the protocol during Run %s (%s); stopping it", run.id, broken.what,
@@ -111,10 +116,13 @@ class PersistentRuntime:
     async def _started(self) -> _Agent:
         """The running program, started (after the backoff it has earned) when there is none."""
         agent = self._agent
-        if agent is not None and agent.process.returncode is None:
+        if agent is not None and not agent.exited():
             agent.stderr.clear()  # a Run's failure quotes what the program wrote during that Run
             return agent
         self._agent = None
+        if agent is not None:  # it exited between Runs: reap it, and stop whatever it left in its group
+            self._failures += 0 if agent.answered else 1
+            await agent.stop()
         loop = asyncio.get_running_loop()
         if self._failures:
             backoff = min(BACKOFF_FIRST_S * 2 ** (self._failures - 1), BACKOFF_MAX_S)
@@ -166,6 +174,20 @@ class _Agent:
         self._reading = asyncio.create_task(self.stderr.read(process.stderr))
         self._watching = asyncio.create_task(self._watch())
 
+    def exited(self) -> bool:
+        """Whether the program has exited, asked of the kernel now.
+
+        asyncio learns of an exit a moment later: a Run handed to a program
+        killed just before would fail although no agent ever saw it.
+        ``WNOWAIT`` leaves the exit status for asyncio to collect.
+        """
+        if self.process.returncode is not None:
+            return True
+        try:
+            return os.waitid(os.P_PID, self.process.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+        except ChildProcessError:  # already collected by asyncio
+            return True
+
     async def hand(self, run: Run) -> str | None:
         """Write the Run, read the answer: None when done, the error when failed."""
         assert self.process.stdin is not None and self.process.stdout is not None
@@ -182,10 +204,7 @@ class _Agent:
                 await self.process.stdin.drain()
             except (BrokenPipeError, ConnectionResetError):
                 raise _Ended from None
-            try:
-                line = await self.process.stdout.readline()
-            except ValueError:  # longer than the StreamReader's limit
-                raise _ProtocolBroken(f"a line longer than {MAX_LINE_BYTES} bytes", b"") from None
+            line = await self._answer_line()
             if not line.endswith(b"\n"):
                 raise _Ended
             error = _answer(line, run.id)
@@ -194,9 +213,33 @@ class _Agent:
         finally:
             self.in_run = False
 
+    async def _answer_line(self) -> bytes:
+        """The next stdout line; empty when the program exits without one.
+
+        The exit, not the end of stdout, is what counts: a process the program
+        started may hold its stdout open long after it died, and asyncio's
+        ``wait()`` waits for every pipe to close too; so the exit is polled for.
+        An answer written before the exit is still read.
+        """
+        assert self.process.stdout is not None
+        reading = asyncio.ensure_future(self.process.stdout.readline())
+        try:
+            while not reading.done():
+                await asyncio.wait({reading}, timeout=EXIT_POLL_S)
+                if not reading.done() and self.exited():
+                    await asyncio.wait({reading}, timeout=STDERR_DRAIN_S)
+                    break
+            return reading.result() if reading.done() else b""
+        except ValueError:  # longer than the StreamReader's limit
+            raise _ProtocolBroken(f"a line longer than {MAX_LINE_BYTES} bytes", b"") from None
+        finally:
+            reading.cancel()
+
     async def failure(self) -> RunFailed:
         """Why the program ended mid-Run: its exit status and stderr tail, once it has exited."""
-        status = await self.process.wait()
+        while self.process.returncode is None:  # set at the exit, before every pipe has closed
+            await asyncio.sleep(EXIT_POLL_S)
+        status = self.process.returncode
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(asyncio.shield(self._reading), STDERR_DRAIN_S)
         self._reading.cancel()
