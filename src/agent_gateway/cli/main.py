@@ -22,7 +22,7 @@ except ImportError:  # pragma: no cover - an older Typer on the real click
     from click import exceptions as click_errors
 
 from agent_gateway import config, deployment, errors
-from agent_gateway.cli import common, keys, schedules, sign, tokens, users
+from agent_gateway.cli import chat, common, keys, schedules, sign, tokens, users
 from agent_gateway.cli.common import ConfigOption, fail, load_settings, masked, on_database, with_store
 from agent_gateway.store import migrate as migrations
 from agent_gateway.store.engine import Store
@@ -48,6 +48,7 @@ app.add_typer(schedules.app, name="schedules")
 app.add_typer(keys.app, name="keys")
 app.command("sign")(sign.sign)
 app.command("verify")(sign.verify)
+app.command("chat")(chat.chat)
 
 
 def configure_logging(level: str) -> None:
