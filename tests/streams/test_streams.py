@@ -172,6 +172,28 @@ async def test_the_stream_ends_when_its_token_expires(
     assert "event: message" not in response.text
 
 
+async def test_a_stream_of_another_scheme_asks_it_again_and_ends_when_it_refuses(
+    tmp_path: Path, database_url: str, client: httpx.AsyncClient
+) -> None:
+    user_id, _ = await new_user(database_url)
+    env = {
+        **QUICK,
+        "AGENT_GATEWAY_SIGNALS_SETUP": "tests.streams.scheme_setup:setup",
+        "STREAM_TEST_REVOKED_DIR": str(tmp_path),
+        "PYTHONPATH": os.pathsep.join([str(served.SRC), str(served.SRC.parent)]),
+    }
+    with served.ServedGateway.start(tmp_path / "deployment", database_url, env) as gateway:
+        headers = {"Authorization": f"Bearer test-{user_id}"}
+        async with open_stream(client, f"{gateway.public_url}/messages/stream", headers=headers) as stream:
+            await send(client, gateway, user_id, "seen")
+            [message] = await stream.messages(1)
+            assert message["text"] == "seen"
+            (tmp_path / f"revoked-{user_id}").touch()
+            while (event := await stream.next()) is not None:
+                assert event.event is None
+        assert_error(await client.get(f"{gateway.public_url}/messages/stream", headers=headers), 401)
+
+
 async def test_a_reader_that_falls_behind_is_disconnected_and_others_go_on(
     gateway_process: served.ServedGateway, database_url: str, client: httpx.AsyncClient
 ) -> None:
