@@ -34,13 +34,13 @@ QUICK = {
 }
 
 
-async def new_user(database_url: str) -> tuple[str, str]:
+async def new_user(database_url: str, ttl_ms: int = 3_600_000) -> tuple[str, str]:
     """A User admitted straight in the database, and a Token of theirs."""
     store = Store(database_url)
     try:
         async with store.transaction() as conn:
             user = await users_service.admit(conn)
-            issued = await auth_service.issue_token(conn, user.id, ttl_ms=3_600_000)
+            issued = await auth_service.issue_token(conn, user.id, ttl_ms=ttl_ms)
         return user.id, issued.to_json()["token"]
     finally:
         await store.close()
@@ -158,6 +158,40 @@ async def test_revoking_the_token_ends_the_stream(
             assert event.event is None  # only keep-alives until the end
     again = await client.get(f"{gateway_process.public_url}/messages/stream", headers=bearer(token))
     assert_error(again, 401)
+
+
+async def test_the_stream_ends_when_its_token_expires(
+    gateway_process: served.ServedGateway, database_url: str, client: httpx.AsyncClient
+) -> None:
+    _, token = await new_user(database_url, ttl_ms=1_000)
+    response = await client.get(f"{gateway_process.public_url}/messages/stream", headers=bearer(token))
+    if response.status_code == 401:
+        return  # it expired before the stream opened (a loaded machine): nothing left to see
+    # client.get returns only once the server has ended the response: the Token's expiry ended it.
+    assert response.status_code == 200
+    assert "event: message" not in response.text
+
+
+async def test_a_stream_of_another_scheme_asks_it_again_and_ends_when_it_refuses(
+    tmp_path: Path, database_url: str, client: httpx.AsyncClient
+) -> None:
+    user_id, _ = await new_user(database_url)
+    env = {
+        **QUICK,
+        "AGENT_GATEWAY_SIGNALS_SETUP": "tests.streams.scheme_setup:setup",
+        "STREAM_TEST_REVOKED_DIR": str(tmp_path),
+        "PYTHONPATH": os.pathsep.join([str(served.SRC), str(served.SRC.parent)]),
+    }
+    with served.ServedGateway.start(tmp_path / "deployment", database_url, env) as gateway:
+        headers = {"Authorization": f"Bearer test-{user_id}"}
+        async with open_stream(client, f"{gateway.public_url}/messages/stream", headers=headers) as stream:
+            await send(client, gateway, user_id, "seen")
+            [message] = await stream.messages(1)
+            assert message["text"] == "seen"
+            (tmp_path / f"revoked-{user_id}").touch()
+            while (event := await stream.next()) is not None:
+                assert event.event is None
+        assert_error(await client.get(f"{gateway.public_url}/messages/stream", headers=headers), 401)
 
 
 async def test_a_reader_that_falls_behind_is_disconnected_and_others_go_on(

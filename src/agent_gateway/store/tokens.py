@@ -37,6 +37,22 @@ async def user_by_digest(store: Store, *, digest: str, now: str) -> User | None:
     return User(user_id, jsontext.loads(attributes), created_at)
 
 
+async def live_digests(store: Store, *, digests: list[str], now: str) -> set[str]:
+    """Which of ``digests`` belong to Tokens that exist and have not expired at ``now``."""
+    live: set[str] = set()
+    async with store.read() as conn:
+        for start in range(0, len(digests), _CHUNK):
+            query = sa.select(tokens.c.digest).where(
+                tokens.c.digest.in_(digests[start : start + _CHUNK]), tokens.c.expires_at > now
+            )
+            live.update((await conn.execute(query)).scalars())
+    return live
+
+
+# Digests per statement of live_digests (far below every backend's limit on parameters).
+_CHUNK = 500
+
+
 async def delete_one(conn: AsyncConnection, *, digest: str, user_id: str) -> None:
     await conn.execute(tokens.delete().where(tokens.c.digest == digest, tokens.c.user_id == user_id))
 

@@ -21,9 +21,10 @@ from collections import Counter
 
 import sqlalchemy as sa
 
+from agent_gateway import clock
 from agent_gateway.config import Settings
 from agent_gateway.messages import service as messages
-from agent_gateway.store import direct
+from agent_gateway.store import direct, tokens
 from agent_gateway.store.engine import Store
 from agent_gateway.store.notifications import Subscription
 from agent_gateway.store.tables import messages as messages_table
@@ -48,6 +49,11 @@ class Hub:
         self._open: Counter[str] = Counter()
         self._subscriptions: dict[Subscription, str] = {}
         self._poller: asyncio.Task[None] | None = None
+        # Streams opened with a Token of the password scheme: its digest, checked for
+        # all of them in one query per streams.auth_check_ms (not one per stream).
+        self._digests: dict[Subscription, str] = {}
+        self._token_ended: set[Subscription] = set()
+        self._checker: asyncio.Task[None] | None = None
 
     @property
     def polls(self) -> bool:
@@ -58,15 +64,28 @@ class Hub:
     def start(self) -> None:
         if self.polls and self._poller is None:
             self._poller = asyncio.create_task(self._poll(), name="message stream poller")
+        if self._checker is None:
+            self._checker = asyncio.create_task(self._check_tokens(), name="message stream Token check")
 
-    def subscribe(self, user_id: str) -> Subscription:
-        """A wake-up for every commit to ``user_id``'s log from now on; release with :meth:`unsubscribe`."""
+    def subscribe(self, user_id: str, token_digest: str | None = None) -> Subscription:
+        """A wake-up for every commit to ``user_id``'s log from now on; release with :meth:`unsubscribe`.
+
+        With ``token_digest``, the stream is also woken, and :meth:`token_ended` turns
+        true, once that Token is revoked or expired.
+        """
         subscription = self.store.subscribe(messages.channel(user_id))
         self._subscriptions[subscription] = user_id
         self._open[user_id] += 1
+        if token_digest is not None:
+            self._digests[subscription] = token_digest
         return subscription
 
+    def token_ended(self, subscription: Subscription) -> bool:
+        return subscription in self._token_ended
+
     def unsubscribe(self, subscription: Subscription) -> None:
+        self._digests.pop(subscription, None)
+        self._token_ended.discard(subscription)
         user_id = self._subscriptions.pop(subscription)
         self.store.unsubscribe(messages.channel(user_id), subscription)
         self._open[user_id] -= 1
@@ -81,10 +100,30 @@ class Hub:
         self.closed = True
         for subscription in list(self._subscriptions):
             subscription.wake()
-        if self._poller is not None:
-            self._poller.cancel()
-            await asyncio.gather(self._poller, return_exceptions=True)
-            self._poller = None
+        for task in (self._poller, self._checker):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+        self._poller = self._checker = None
+
+    async def _check_tokens(self) -> None:
+        interval = self.settings.stream_auth_check_ms / 1000
+        while True:
+            await asyncio.sleep(interval)
+            watched = dict(self._digests)
+            if not watched:
+                continue
+            try:
+                live = await tokens.live_digests(self.store, digests=sorted(set(watched.values())), now=clock.now_iso())
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the database away: the next round asks again
+                logger.warning("checking streams' Tokens failed (%s)", type(exc).__name__, extra={"action": "stream_check_failed"})
+                continue
+            for subscription, digest in watched.items():
+                if digest not in live and subscription in self._subscriptions:
+                    self._token_ended.add(subscription)
+                    subscription.wake()
 
     async def _poll(self) -> None:
         interval = self.settings.stream_poll_ms / 1000

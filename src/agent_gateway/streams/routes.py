@@ -18,7 +18,7 @@ from agent_gateway.http import params
 from agent_gateway.http.app import router as new_router
 from agent_gateway.http.routing import error_responses, parse_int
 from agent_gateway.store.window import MAX_CURSOR
-from agent_gateway.streams.stream import MessageStream, StillAllowed
+from agent_gateway.streams.stream import MessageStream
 
 PATH = "/messages/stream"
 EVENTS = {
@@ -45,11 +45,11 @@ def _start(after: str | None, last_event_id: str | None) -> int | None:
     return parse_int("after", after, 0, MAX_CURSOR)
 
 
-def _open(request: Request, user_id: str, after: int | None, still_allowed: StillAllowed | None) -> MessageStream:
+def _open(request: Request, user_id: str, after: int | None, **checks: Any) -> MessageStream:
     hub = request.app.state.streams
     if hub.closed:
         raise errors.Busy("the server is shutting down; reconnect")
-    return MessageStream(hub, user_id, after, still_allowed)
+    return MessageStream(hub, user_id, after, **checks)
 
 
 agent = new_router()
@@ -72,7 +72,7 @@ async def follow_log(
         raise errors.InvalidInput("user is required")
     user_id = params.uuid("user", user)
     assert user_id is not None
-    return _open(request, user_id, _start(after, last_event_id), None)
+    return _open(request, user_id, _start(after, last_event_id))
 
 
 public = new_router()
@@ -88,6 +88,8 @@ Caller = Annotated[schemes.Authenticated, Depends(schemes.authenticated)]
 )
 async def follow_own_log(request: Request, caller: Caller, after: AfterQuery = None, last_event_id: LastEventId = None) -> Any:
     start = _start(after, last_event_id)
+    if caller.token_digest is not None:
+        return _open(request, caller.user.id, start, token_digest=caller.token_digest)
 
     async def still_allowed() -> bool:
         # The Token it was opened with, asked again: revoked or expired ends the stream.
@@ -97,4 +99,4 @@ async def follow_own_log(request: Request, caller: Caller, after: AfterQuery = N
             return False
         return again.user.id == caller.user.id
 
-    return _open(request, caller.user.id, start, still_allowed)
+    return _open(request, caller.user.id, start, still_allowed=still_allowed)
