@@ -31,6 +31,9 @@ QUICK = {
     "AGENT_GATEWAY_STREAMS_KEEP_ALIVE_MS": "100",
     "AGENT_GATEWAY_STREAMS_AUTH_CHECK_MS": "100",
     "AGENT_GATEWAY_STREAMS_STALL_MS": "500",
+    # An agent that answers nothing: every Message in these streams is one the test wrote.
+    "AGENT_GATEWAY_RUNTIME_COMMAND": '["true"]',
+    "AGENT_GATEWAY_RUNTIME_MODE": "per-run",
 }
 
 
