@@ -23,7 +23,7 @@ import pytest
 from agent_gateway import config
 from agent_gateway.gateway import Gateway
 from agent_gateway.signatures import keys
-from agent_gateway.store import migrate
+from agent_gateway.store import engine, migrate
 from agent_gateway.store.engine import Store
 
 from tests import served
@@ -36,6 +36,18 @@ RUN_ID = uuid.uuid4().hex[:10]
 def _postgres_dsn(database: str) -> str:
     base, _, _ = POSTGRES_URL.rpartition("/")
     return f"{base}/{database}"
+
+
+async def terminate_lock_sessions(database_url: str) -> None:
+    """Kill the sessions holding advisory locks in this test's database only, as a lost host would."""
+    admin_connection = await asyncpg.connect(engine.libpq_dsn(database_url))
+    try:
+        await admin_connection.execute(
+            "SELECT pg_terminate_backend(l.pid) FROM pg_locks l JOIN pg_database d ON d.oid = l.database "
+            "WHERE l.locktype = 'advisory' AND l.granted AND d.datname = current_database()"
+        )
+    finally:
+        await admin_connection.close()
 
 
 async def admin(sql: str) -> None:

@@ -28,6 +28,19 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def init_demo(directory: Path, database_url: str) -> tuple[dict[str, str], subprocess.CompletedProcess[str]]:
+    """``agent-gateway init DIRECTORY --demo-user`` as a newcomer runs it, on free ports; the
+    variables to ``spawn`` it with, and what init printed."""
+    env = {
+        "AGENT_GATEWAY_DATABASE_URL": database_url,
+        "AGENT_GATEWAY_PUBLIC_LISTEN": f"127.0.0.1:{free_port()}",
+        "AGENT_GATEWAY_AGENT_LISTEN": f"127.0.0.1:{free_port()}",
+    }
+    init = run_cli("init", str(directory), "--demo-user", config=directory / "gateway.toml", env=env)
+    assert init.returncode == 0, init.stderr
+    return env, init
+
+
 def cli_env(config: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENT_GATEWAY_")}
     env["PYTHONPATH"] = str(SRC) + os.pathsep + env.get("PYTHONPATH", "")

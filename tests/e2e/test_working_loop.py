@@ -24,13 +24,7 @@ ANSWER_DEADLINE_S = 300  # a ceiling for a broken build; the time taken is print
 
 async def test_a_newcomer_logs_in_posts_and_reads_the_agents_answer(tmp_path: Path, database_url: str) -> None:
     directory = tmp_path / "demo"
-    env = {
-        "AGENT_GATEWAY_DATABASE_URL": database_url,
-        "AGENT_GATEWAY_PUBLIC_LISTEN": f"127.0.0.1:{served.free_port()}",
-        "AGENT_GATEWAY_AGENT_LISTEN": f"127.0.0.1:{served.free_port()}",
-    }
-    init = served.run_cli("init", str(directory), "--demo-user", config=directory / "gateway.toml", env=env)
-    assert init.returncode == 0, init.stderr
+    env, init = served.init_demo(directory, database_url)
     credentials_file = directory / "demo-user.json"
     assert stat.S_IMODE(credentials_file.stat().st_mode) == 0o600
     credentials = json.loads(credentials_file.read_text())

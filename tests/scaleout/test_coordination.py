@@ -16,6 +16,8 @@ from agent_gateway.store import engine, leadership
 from agent_gateway.store.unavailable import database_unavailable
 from agent_gateway.store.engine import Store
 
+from tests.conftest import terminate_lock_sessions
+
 
 async def _until(predicate, timeout: float = 120.0) -> None:
     deadline = asyncio.get_running_loop().time() + timeout
@@ -87,15 +89,7 @@ async def test_one_leader_at_a_time_and_a_standby_takes_over(database_url: str) 
         first = leading[0]
         await asyncio.sleep(0.5)
         assert leading == [first], "the standby ran while the leader held the lock"
-        # Kill the leader's lock session (in this test's database only), as a lost host would.
-        admin = await asyncpg.connect(engine.libpq_dsn(database_url))
-        try:
-            await admin.execute(
-                "SELECT pg_terminate_backend(l.pid) FROM pg_locks l JOIN pg_database d ON d.oid = l.database "
-                "WHERE l.locktype = 'advisory' AND l.granted AND d.datname = current_database()"
-            )
-        finally:
-            await admin.close()
+        await terminate_lock_sessions(database_url)
         await _until(lambda: leading == [1 - first])
         assert not overlaps
         released[1 - first].set()

@@ -5,11 +5,10 @@ from __future__ import annotations
 import os
 import signal
 
-import asyncpg
 import pytest
 
-from agent_gateway.store import engine
 
+from tests.conftest import terminate_lock_sessions
 from tests.runtimes.test_persistent import Agent, alive, gone
 from tests.signals.conftest import GatewayFactory, emit, finished, runs_of, until
 
@@ -89,15 +88,7 @@ async def test_losing_leadership_stops_the_agent_and_leading_again_starts_one(
     gateway = await persistent(make_gateway, agent)
     await finished(gateway.store, await emit(gateway.store, "task", {"what": "ok"}))
     [first] = agent.pids()
-    # Kill the leader's lock session (in this test's database only), as a failover would.
-    admin = await asyncpg.connect(engine.libpq_dsn(database_url))
-    try:
-        await admin.execute(
-            "SELECT pg_terminate_backend(l.pid) FROM pg_locks l JOIN pg_database d ON d.oid = l.database "
-            "WHERE l.locktype = 'advisory' AND l.granted AND d.datname = current_database()"
-        )
-    finally:
-        await admin.close()
+    await terminate_lock_sessions(database_url)  # as a failover would
     await gone(first)
     # This process leads again after its retry: the next Signal gets a fresh agent.
     await finished(gateway.store, await emit(gateway.store, "task", {"what": "ok"}))

@@ -65,15 +65,6 @@ async def _counts(store: Store) -> dict[str, int]:
         }
 
 
-@pytest.fixture
-async def idle_gateway(gateway: Gateway) -> Gateway:
-    """The gateway with its worker stopped, so the states written in the tests stay as written."""
-    assert gateway.worker is not None and gateway._worker_task is not None
-    gateway.worker.stop()
-    await gateway._worker_task
-    return gateway
-
-
 async def test_prune_removes_only_signals_ended_before_the_cutoff(idle_gateway: Gateway, agent: httpx.AsyncClient) -> None:
     store = idle_gateway.store
     now = clock.now_iso()

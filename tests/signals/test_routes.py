@@ -54,15 +54,6 @@ async def _record(gateway: Gateway, kind: str, emitted_at: str, runs: list[str |
     return signal_id
 
 
-@pytest.fixture
-async def idle_gateway(gateway: Gateway) -> Gateway:
-    """The gateway with its worker stopped, so records written in the tests stay as written."""
-    assert gateway.worker is not None and gateway._worker_task is not None
-    gateway.worker.stop()
-    await gateway._worker_task
-    return gateway
-
-
 async def test_signals_list_newest_first_with_kind_filter_and_limit(
     idle_gateway: Gateway, agent: httpx.AsyncClient
 ) -> None:

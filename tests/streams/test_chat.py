@@ -35,13 +35,7 @@ def chat_terminal(gateway: served.ServedGateway, *args: str) -> Terminal:
 
 async def test_a_user_chats_with_the_echo_agent_and_leaves(tmp_path: Path, database_url: str) -> None:
     directory = tmp_path / "demo"
-    env = {
-        "AGENT_GATEWAY_DATABASE_URL": database_url,
-        "AGENT_GATEWAY_PUBLIC_LISTEN": f"127.0.0.1:{served.free_port()}",
-        "AGENT_GATEWAY_AGENT_LISTEN": f"127.0.0.1:{served.free_port()}",
-    }
-    init = served.run_cli("init", str(directory), "--demo-user", config=directory / "gateway.toml", env=env)
-    assert init.returncode == 0, init.stderr
+    env, _ = served.init_demo(directory, database_url)
     credentials = json.loads((directory / "demo-user.json").read_text())
     gateway = served.ServedGateway.spawn(directory, env)
     try:

@@ -21,7 +21,6 @@ from pathlib import Path
 
 from agent_gateway.runtimes import process as processes
 from agent_gateway.runtimes.process import STDERR_TAIL_BYTES
-from agent_gateway.runtimes.runtime import RunFailed
 from agent_gateway.store.runs import Run
 
 __all__ = ["STDERR_TAIL_BYTES", "CommandRuntime"]
@@ -56,15 +55,8 @@ class CommandRuntime:
 
     async def run(self, run: Run) -> None:
         """Run the agent program for ``run``; raise :class:`RunFailed` unless it exits 0."""
-        try:
+        with processes.failures_logged(run.id, self.argv[0], logger):
             await self._run(run)
-        except RunFailed as failed:
-            # The operator's first clue: which program, and what happened to it.
-            logger.warning(
-                "Run %s failed: %s (program %s)", run.id, processes.first_line(failed), self.argv[0],
-                extra={"action": "run_failed"},
-            )
-            raise
 
     async def _run(self, run: Run) -> None:
         processes.make_workdir(self.workdir)

@@ -76,15 +76,9 @@ class PersistentRuntime:
 
     async def run(self, run: Run) -> None:
         """Hand ``run`` to the program; raise :class:`RunFailed` unless it answers ``done``."""
-        try:
+        with processes.failures_logged(run.id, self.argv[0], logger):
             async with self._lock:
                 await self._run(run)
-        except RunFailed as failed:
-            logger.warning(
-                "Run %s failed: %s (program %s)", run.id, processes.first_line(failed), self.argv[0],
-                extra={"action": "run_failed"},
-            )
-            raise
 
     async def _run(self, run: Run) -> None:
         agent = await self._started()

@@ -14,9 +14,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import logging
 import os
 import signal
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 from agent_gateway.runtimes.runtime import RunFailed
@@ -119,9 +120,18 @@ def with_stderr(reason: str, stderr: Tail) -> RunFailed:
     return RunFailed(f"{reason}; stderr ends with:\n{text}" if text else f"{reason}; stderr was empty")
 
 
-def first_line(failed: RunFailed) -> str:
-    """What the operator's log says of a failure: only the first line, since the stderr tail is the agent's own text."""
-    return failed.message.split("\n", 1)[0].removesuffix("; stderr ends with:")
+@contextlib.contextmanager
+def failures_logged(run_id: str, program: str, logger: logging.Logger) -> Iterator[None]:
+    """Log a :class:`RunFailed` raised inside at WARNING, naming the program: the operator's first clue.
+
+    Only the failure's first line: the stderr tail is the agent's own text and stays in the Run.
+    """
+    try:
+        yield
+    except RunFailed as failed:
+        reason = failed.message.split("\n", 1)[0].removesuffix("; stderr ends with:")
+        logger.warning("Run %s failed: %s (program %s)", run_id, reason, program, extra={"action": "run_failed"})
+        raise
 
 
 async def terminate(process: asyncio.subprocess.Process) -> None:
