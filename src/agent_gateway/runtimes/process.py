@@ -120,17 +120,20 @@ def with_stderr(reason: str, stderr: Tail) -> RunFailed:
     return RunFailed(f"{reason}; stderr ends with:\n{text}" if text else f"{reason}; stderr was empty")
 
 
+def first_line(failed: RunFailed) -> str:
+    """What the operator's log says of a failure: only the first line, since the stderr tail is the agent's own text."""
+    return failed.message.split("\n", 1)[0].removesuffix("; stderr ends with:")
+
+
 @contextlib.contextmanager
 def failures_logged(run_id: str, program: str, logger: logging.Logger) -> Iterator[None]:
-    """Log a :class:`RunFailed` raised inside at WARNING, naming the program: the operator's first clue.
-
-    Only the failure's first line: the stderr tail is the agent's own text and stays in the Run.
-    """
+    """Log a :class:`RunFailed` raised inside at WARNING, naming the program: the operator's first clue."""
     try:
         yield
     except RunFailed as failed:
-        reason = failed.message.split("\n", 1)[0].removesuffix("; stderr ends with:")
-        logger.warning("Run %s failed: %s (program %s)", run_id, reason, program, extra={"action": "run_failed"})
+        logger.warning(
+            "Run %s failed: %s (program %s)", run_id, first_line(failed), program, extra={"action": "run_failed"}
+        )
         raise
 
 
