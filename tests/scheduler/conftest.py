@@ -42,7 +42,7 @@ async def schedule_rows(store: Store) -> dict[str, str]:
         return dict((await conn.execute(sa.select(schedules.c.name, schedules.c.next_fire_at))).all())
 
 
-async def fire(store: Store, limit: int = 100) -> list[str]:
+async def fire(store: Store, limit: int = 100) -> list[service.Fired]:
     """One fire step in its own transaction, as the timer takes it."""
     async with store.transaction() as conn:
         return await service.fire_due(conn, limit=limit)

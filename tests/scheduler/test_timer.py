@@ -10,12 +10,15 @@ from datetime import timedelta
 
 import httpx
 import pytest
+import sqlalchemy as sa
+from prometheus_client import REGISTRY
 
 from agent_gateway import clock, config
 from agent_gateway.gateway import Gateway
 from agent_gateway.scheduler import service, timer
 from agent_gateway.store import schedules
 from agent_gateway.store.engine import Store
+from agent_gateway.store.tables import signals as signals_table
 
 from tests.scheduler.conftest import fired, schedule_rows
 
@@ -130,6 +133,44 @@ async def test_the_timer_logs_a_failure_and_carries_on(
         await eventually(signalled)
     assert failures == [1]
     assert any("firing failed" in record.getMessage() for record in caplog.records)
+
+
+async def test_fire_lateness_is_observed_once_per_committed_fire(
+    gateway: Gateway, agent: httpx.AsyncClient, frozen: clock.FrozenClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch whose transaction rolls back is fired again: only the fire that commits counts."""
+    lateness = "agent_gateway_schedule_fire_lateness_seconds"
+
+    def observed() -> tuple[float, float]:
+        return REGISTRY.get_sample_value(f"{lateness}_count") or 0.0, REGISTRY.get_sample_value(f"{lateness}_sum") or 0.0
+
+    later = clock.format_instant(clock.now() + timedelta(minutes=30))
+    await agent.put("/schedules/s", json={"spec": {"kind": "once", "at": later}})
+    real_earliest_fire = service.earliest_fire
+    failures = []
+
+    async def earliest_fire_failing_after_a_fire(conn):  # type: ignore[no-untyped-def]
+        # Fails once, in the firing transaction, after fire_due emitted the Signal.
+        emitted = (await conn.execute(sa.select(sa.func.count()).select_from(signals_table))).scalar_one()
+        if emitted and not failures:
+            failures.append(1)
+            raise RuntimeError("the database went away")
+        return await real_earliest_fire(conn)
+
+    monkeypatch.setattr(service, "earliest_fire", earliest_fire_failing_after_a_fire)
+    monkeypatch.setattr(timer, "RETRY_AFTER_ERROR_S", 0.01)
+    count, total = observed()
+    frozen.advance(minutes=45)
+    # Any write wakes the sleeping timer, which finds "s" due.
+    await agent.put("/schedules/far", json={"spec": {"kind": "once", "at": "2100-01-01T00:00:00Z"}})
+
+    async def signalled() -> bool:
+        return len(await fired(gateway.store)) == 1
+
+    await eventually(signalled)
+    assert failures == [1]
+    # Fired 45 minutes into a Schedule due after 30: 15 minutes late, counted once.
+    assert observed() == (count + 1, pytest.approx(total + 900))
 
 
 async def test_stop_ends_a_sleeping_timer(settings: config.Settings) -> None:

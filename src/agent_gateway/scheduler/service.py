@@ -9,6 +9,7 @@ into 400). Writes wake the timer once they commit.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
@@ -16,7 +17,6 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agent_gateway import clock, errors, jsontext
-from agent_gateway.ops import metrics
 from agent_gateway.scheduler import spec as specs
 from agent_gateway.scheduler.spec import InvalidSchedule
 from agent_gateway.signals import service as signals
@@ -27,6 +27,7 @@ from agent_gateway.store.schedules import Schedule
 __all__ = [
     "CHANNEL",
     "FIRED_KIND",
+    "Fired",
     "InvalidSchedule",
     "Schedule",
     "ScheduleNotFound",
@@ -160,8 +161,16 @@ async def earliest_fire(conn: AsyncConnection) -> datetime | None:
     return None if earliest is None else clock.parse_instant(earliest)
 
 
-async def fire_due(conn: AsyncConnection, *, limit: int) -> list[str]:
-    """Fire up to ``limit`` Schedules that are due now; return the Signal ids emitted.
+@dataclasses.dataclass(frozen=True)
+class Fired:
+    """One fire: the Signal it emitted, and how many seconds after its ``nextFireAt`` it fired."""
+
+    signal_id: str
+    lateness_s: float
+
+
+async def fire_due(conn: AsyncConnection, *, limit: int) -> list[Fired]:
+    """Fire up to ``limit`` Schedules that are due now; return what was fired.
 
     Spec "Schedule lifecycle" and "Events": each fire emits one
     ``service_schedule_fired`` Signal ``{scheduleName, scheduledFor, firedAt,
@@ -175,16 +184,15 @@ async def fire_due(conn: AsyncConnection, *, limit: int) -> list[str]:
     emitted, spent, advanced = [], [], {}
     for schedule in await queries.claim_due(conn, now=clock.now_iso(), limit=limit):
         fired_at = clock.now()
-        # Observed as it fires: a rolled-back batch is fired again, later, and observed again.
         lateness = fired_at - clock.parse_instant(schedule.next_fire_at)
-        metrics.schedule_fire_lateness.observe(max(0.0, lateness.total_seconds()))
         payload = {
             "scheduleName": schedule.name,
             "scheduledFor": schedule.next_fire_at,
             "firedAt": clock.format_instant(fired_at),
             "data": schedule.data,
         }
-        emitted.append(await signals.emit(conn, FIRED_KIND, payload))
+        signal_id = await signals.emit(conn, FIRED_KIND, payload)
+        emitted.append(Fired(signal_id, max(0.0, lateness.total_seconds())))
         following = None
         if schedule.kind == "cron":
             assert schedule.expr is not None and schedule.tz is not None

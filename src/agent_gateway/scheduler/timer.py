@@ -14,6 +14,7 @@ import logging
 from datetime import datetime
 
 from agent_gateway import clock
+from agent_gateway.ops import metrics
 from agent_gateway.scheduler import service
 from agent_gateway.store.engine import Store
 
@@ -90,6 +91,9 @@ class Timer:
                 fired = await service.fire_due(conn, limit=FIRE_BATCH)
                 # Read in the same transaction: one round trip fewer per fire.
                 earliest = await service.earliest_fire(conn)
+            # Observed once committed: a batch that rolls back fires again later, and counts then.
+            for fire in fired:
+                metrics.schedule_fire_lateness.observe(fire.lateness_s)
             logger.debug("fired %d Schedules", len(fired), extra={"action": "fired"})
             if not fired and earliest is not None and earliest <= clock.now():
                 return LOCKED_RETRY_S
