@@ -20,7 +20,7 @@ from agent_gateway.messages import routes as messages_routes
 from agent_gateway.messages import service as messages_service
 from agent_gateway.ops import metrics
 from agent_gateway.ops import routes as ops_routes
-from agent_gateway.ops.observe import Observed
+from agent_gateway.ops.observe import FLUSH_INTERVAL_S, Observed
 from agent_gateway.runtimes import runtime as runtimes
 from agent_gateway.scheduler import routes as scheduler_routes
 from agent_gateway.scheduler.timer import Timer
@@ -86,6 +86,9 @@ class Gateway:
         self.runtime: runtimes.Runtime = runtimes.from_settings(settings)
         self.worker: Worker | None = None
         self._worker_task: asyncio.Task[None] | None = None
+        # What counts the requests of both servers (ops.observe), flushed into the metrics.
+        self.observers: list[Observed] = []
+        self._flush_task: asyncio.Task[None] | None = None
         agent_routers = [
             users_routes.agent,
             messages_routes.agent,
@@ -158,7 +161,20 @@ class Gateway:
         count = self.settings.ops_listen is not None
         if not count and not self.settings.access_log:
             return fast
-        return Observed(fast, server, fast_routes=fast_routes, count=count, access_log=self.settings.access_log)
+        observed = Observed(fast, server, fast_routes=fast_routes, count=count, access_log=self.settings.access_log)
+        if count:
+            self.observers.append(observed)
+        return observed
+
+    def flush_metrics(self) -> None:
+        """Move the requests counted so far into the metrics (ops.observe keeps them apart until then)."""
+        for observer in self.observers:
+            observer.flush()
+
+    async def _flush_metrics_forever(self) -> None:
+        while True:
+            await asyncio.sleep(FLUSH_INTERVAL_S)
+            self.flush_metrics()
 
     def _leads(self) -> bool | None:
         """Whether this process holds the Signal Worker; None when it has no worker role."""
@@ -194,6 +210,8 @@ class Gateway:
         self.store.listen()
         if "api" in self.roles:
             self.streams.start()
+        if self.observers:
+            self._flush_task = asyncio.create_task(self._flush_metrics_forever(), name="metrics flush")
         if self.schedule_timer is not None:
             self.schedule_timer.start()
         if self.pruner is not None:
@@ -207,6 +225,10 @@ class Gateway:
 
     async def stop(self) -> None:
         await self.streams.close()
+        if self._flush_task is not None:
+            self._flush_task.cancel()
+            await asyncio.gather(self._flush_task, return_exceptions=True)
+        self.flush_metrics()
         if self.schedule_timer is not None:
             await self.schedule_timer.stop()
         if self.pruner is not None:

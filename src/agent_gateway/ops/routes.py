@@ -54,6 +54,7 @@ async def metrics_text(request: Request) -> Any:
             logger.warning(
                 "cannot count Signals for /metrics: %s", type(exc).__name__, extra={"action": "metrics_signals"}
             )
+    gateway.flush_metrics()  # this process's requests, up to this one
     return Response(metrics.exposition(sampled), media_type=PROMETHEUS_TEXT)
 
 
