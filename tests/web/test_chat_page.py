@@ -30,23 +30,29 @@ def test_a_wrong_password_is_refused_with_a_clear_error(deployment: Deployment, 
 def test_scrolling_back_loads_older_messages_and_shows_text_as_text(deployment: Deployment, watched: Watched) -> None:
     user = deployment.credentials["user"]
     with httpx.Client(base_url=deployment.gateway.agent_url, timeout=120) as agent:
-        for number in range(1, 61):
+        for number in range(1, 111):
             text = f"message {number}"
-            if number == 59:
+            if number == 109:
                 text = "x" * 400  # no break opportunity
-            if number == 60:
+            if number == 110:
                 text = '<img src="https://example.invalid/x.png" onerror="window.owned = true">'
             assert agent.post("/messages", json={"userId": user, "text": text}).status_code == 201
     page = watched.page
     page.goto(deployment.url + "/")
     log_in(page, user, deployment.credentials["password"])
 
-    # The newest page (50), then the rest with before=.
+    # The newest page (50), then older pages with before=: scrolling to the top loads one, and
+    # so does the button (dispatched, not clicked: a click scrolls the button into view,
+    # which is itself the scroll to the top, and the page it loads may hide the button).
     expect(messages(page)).to_have_count(50)
-    expect(messages(page).first).to_have_text(re.compile(r"message 11$"))
+    expect(messages(page).first).to_have_text(re.compile(r"message 61$"))
     expect(messages(page, "outbound").last).to_contain_text('<img src="https://example.invalid/x.png"')
-    page.click("#older")
-    expect(messages(page)).to_have_count(60)
+    page.locator("#log").evaluate("log => { log.scrollTop = 0; }")
+    expect(messages(page)).to_have_count(100)
+    expect(messages(page).first).to_have_text(re.compile(r"message 11$"))
+    expect(page.locator("#older")).to_be_enabled()
+    page.locator("#older").dispatch_event("click")
+    expect(messages(page)).to_have_count(110)
     expect(messages(page).first).to_have_text(re.compile(r"message 1$"))
     expect(page.locator("#older")).to_be_hidden()
     assert page.evaluate("window.owned") is None
