@@ -25,7 +25,6 @@ import statistics
 import time
 
 import httpx
-import orjson
 
 from agent_gateway.auth import service as auth_service
 from agent_gateway.store.engine import Store
