@@ -149,7 +149,7 @@ class Gateway:
             },
         )
         # The ops listener (ops.listen): health, readiness, metrics, read at scrape time from here.
-        self.sampled = metrics.Sampled(self._leads, self.store.pool_usage)
+        self.sampled = metrics.Sampled(self._leads)
         self.ops_app = ops_routes.create(self) if settings.ops_listen is not None else None
         if setup is not None:
             setup(self)  # the operator's Python ([signals] setup): registers Handlers, may replace the runtime
@@ -167,9 +167,11 @@ class Gateway:
         return observed
 
     def flush_metrics(self) -> None:
-        """Move the requests counted so far into the metrics (ops.observe keeps them apart until then)."""
+        """Move the requests counted so far into the metrics (ops.observe keeps them apart until
+        then), and the database pool's usage now."""
         for observer in self.observers:
             observer.flush()
+        metrics.pool_usage(*self.store.pool_usage())
 
     async def _flush_metrics_forever(self) -> None:
         while True:
@@ -229,6 +231,7 @@ class Gateway:
             self._flush_task.cancel()
             await asyncio.gather(self._flush_task, return_exceptions=True)
         self.flush_metrics()
+        metrics.leave()
         if self.schedule_timer is not None:
             await self.schedule_timer.stop()
         if self.pruner is not None:

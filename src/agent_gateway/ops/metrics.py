@@ -4,8 +4,9 @@ Counters and histograms are module-level, as prometheus_client intends; the
 areas that own an event count it here. Every label takes a bounded set of
 values (a route template, never a path; a state; a direction): never a User
 id, a Token or a Statement. What is read at scrape time (Signals per state,
-the Signal Worker's leadership, the database pool) is a :class:`Sampled`
-collector of one gateway.
+the Signal Worker's leadership) is a :class:`Sampled` collector of one
+gateway; the database pool gauges are set by each process at every flush of
+its counts (:func:`pool_usage`).
 
 With ``http.workers > 1`` the HTTP processes share one set of numbers through
 prometheus_client's multi-process mode (:func:`use_directory`, called before
@@ -18,9 +19,9 @@ import os
 import time
 from collections.abc import Callable, Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics, generate_latest, values
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, generate_latest, values
 from prometheus_client.core import GaugeMetricFamily, Metric
-from prometheus_client.multiprocess import MultiProcessCollector
+from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 
 PREFIX = "agent_gateway"
 # A *_created sample per series doubles the exposition and no alert or graph here reads it.
@@ -51,7 +52,25 @@ messages = Counter(f"{PREFIX}_messages", "Messages recorded.", ("direction",))
 message_write_conflicts = Counter(
     f"{PREFIX}_message_write_conflicts", "Message writes that lost the per-User seq race (503, nothing stored)."
 )
-_UNLABELLED = (decisions, message_write_conflicts, run_duration, schedule_fire_lateness)
+# Summed over the live processes: with several HTTP processes each has its own pool.
+db_pool_in_use = Gauge(
+    f"{PREFIX}_db_pool_connections_in_use",
+    "Database connections checked out of the pools of every serving process.",
+    multiprocess_mode="livesum",
+)
+db_pool_waiting = Gauge(
+    f"{PREFIX}_db_pool_waiting",
+    "Tasks of every serving process waiting for a database connection.",
+    multiprocess_mode="livesum",
+)
+_UNLABELLED = (
+    decisions,
+    message_write_conflicts,
+    run_duration,
+    schedule_fire_lateness,
+    db_pool_in_use,
+    db_pool_waiting,
+)
 
 
 def use_directory(path: str) -> None:
@@ -67,13 +86,24 @@ def multiprocess() -> bool:
     return bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
 
 
+def pool_usage(in_use: int, waiting: int) -> None:
+    """This process's database pool now: connections checked out, tasks waiting for one."""
+    db_pool_in_use.set(in_use)
+    db_pool_waiting.set(waiting)
+
+
+def leave() -> None:
+    """This process stops serving: its pool no longer counts in the others' sums."""
+    if multiprocess():
+        mark_process_dead(os.getpid())
+
+
 class Sampled:
     """A collector of one gateway's gauges, read at scrape time; ``signals`` is refreshed by
     :meth:`refresh` (the database is asynchronous, collection is not) and cached."""
 
-    def __init__(self, leader: Callable[[], bool | None], pool: Callable[[], tuple[int, int]]) -> None:
+    def __init__(self, leader: Callable[[], bool | None]) -> None:
         self._leader = leader
-        self._pool = pool
         self.signals: dict[str, int] = {}
         self.signals_at = float("-inf")
 
@@ -92,15 +122,6 @@ class Sampled:
             yield GaugeMetricFamily(
                 f"{PREFIX}_worker_leader", "1 on the process holding the Signal Worker.", value=int(leader)
             )
-        in_use, waiting = self._pool()
-        yield GaugeMetricFamily(
-            f"{PREFIX}_db_pool_connections_in_use",
-            "Database connections checked out of this process's pool.",
-            value=in_use,
-        )
-        yield GaugeMetricFamily(
-            f"{PREFIX}_db_pool_waiting", "Tasks of this process waiting for a database connection.", value=waiting
-        )
 
 
 def exposition(sampled: Sampled) -> bytes:
