@@ -28,7 +28,9 @@ from agent_gateway.transparency import merkle
 # append completes are adjacent, and every append writes at the end of the primary key.
 LEVEL_BITS = 6
 
-_SIZE = direct.Query(sa.text("SELECT coalesce((max(node) >> :bits) + 1, 0) FROM decision_tree"))
+# The tree's size: the newest node is the last leaf's (its level the highest of that leaf).
+_CURRENT = "(SELECT coalesce((max(node) >> :bits) + 1, 0) FROM decision_tree)"
+_SIZE = direct.Query(sa.text("SELECT " + _CURRENT))
 # Many nodes in one statement: PostgreSQL takes an array, SQLite a JSON array.
 _NODES = {
     "postgresql": direct.Query(sa.text("SELECT node, hash FROM decision_tree WHERE node = ANY(CAST(:keys AS BIGINT[]))")),
@@ -54,18 +56,19 @@ _PROOF_NODES = (
     "SELECT NULL, NULL, p.leaf, p.cur FROM p "
     "UNION ALL SELECT t.node, t.hash, NULL, NULL FROM k JOIN decision_tree AS t ON t.node = k.node"
 )
-_CURRENT = "(SELECT coalesce((max(node) >> :bits) + 1, 0) FROM decision_tree)"
 _INCLUSION = direct.Query(
     sa.text(
-        f"WITH RECURSIVE s(leaf, cur) AS (SELECT (SELECT CAST(leaf_index AS BIGINT) FROM decisions WHERE seq = :seq), {_CURRENT}), "
-        "p(leaf, m, n, cur) AS (SELECT leaf, CAST(NULL AS BIGINT), coalesce(CAST(:size AS BIGINT), cur), cur FROM s), "
+        "WITH RECURSIVE s(leaf, cur) AS (SELECT (SELECT CAST(leaf_index AS BIGINT) FROM decisions WHERE seq = :seq), "
+        + _CURRENT
+        + "), p(leaf, m, n, cur) AS (SELECT leaf, CAST(NULL AS BIGINT), coalesce(CAST(:size AS BIGINT), cur), cur FROM s), "
         + _PROOF_NODES
     )
 )
 _CONSISTENCY = direct.Query(
     sa.text(
-        f"WITH RECURSIVE s(cur) AS (SELECT {_CURRENT}), "
-        "p(leaf, m, n, cur) AS (SELECT CAST(:old AS BIGINT) - 1, CAST(:old AS BIGINT), coalesce(CAST(:new AS BIGINT), cur), cur FROM s), "
+        "WITH RECURSIVE s(cur) AS (SELECT "
+        + _CURRENT
+        + "), p(leaf, m, n, cur) AS (SELECT CAST(:old AS BIGINT) - 1, CAST(:old AS BIGINT), coalesce(CAST(:new AS BIGINT), cur), cur FROM s), "
         + _PROOF_NODES
     )
 )
