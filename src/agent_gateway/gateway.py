@@ -122,6 +122,8 @@ class Gateway:
                 ("GET", "/decisions"): decisions_routes.fast_read_agent,
                 ("POST", "/messages"): messages_routes.fast_send,
                 ("GET", "/messages"): messages_routes.fast_read_log,
+                ("GET", "/decisions/{seq}/proof"): transparency_routes.fast_proof_agent,
+                ("GET", "/checkpoint/consistency"): transparency_routes.fast_consistency_agent,
             },
         )
         self.public_app = self._app(
@@ -146,6 +148,8 @@ class Gateway:
                 ("POST", "/messages"): messages_routes.fast_receive,
                 ("GET", "/messages"): messages_routes.fast_read_own_log,
                 ("GET", "/decisions"): decisions_routes.fast_read_public,
+                ("GET", "/decisions/{seq}/proof"): transparency_routes.fast_proof_public,
+                ("GET", "/checkpoint/consistency"): transparency_routes.fast_consistency_public,
             },
         )
         # The ops listener (ops.listen): health, readiness, metrics, read at scrape time from here.

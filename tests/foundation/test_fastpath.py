@@ -155,6 +155,46 @@ async def test_a_client_that_leaves_before_its_body_gets_nothing() -> None:
     assert sent == [] and inner.bodies == []
 
 
+async def call_path(path: str, method: str = "GET") -> tuple[list[bytes], list[dict], dict]:
+    """A request for ``path`` to a fast path whose one route is templated."""
+    inner = Inner()
+    scope = {"type": "http", "method": method, "path": path, "query_string": b"", "headers": []}
+    sent: list[dict] = []
+
+    async def receive() -> dict:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    async def segment(scope: Any, data: dict[str, Any]) -> tuple[int, bytes]:
+        return 200, orjson.dumps(scope["path_params"])
+
+    await FastPath(inner, 100, {("GET", "/r/{id}/p"): segment, ("GET", "/r"): echo})(scope, receive, send)
+    return inner.bodies, sent, scope
+
+
+async def test_a_templated_route_gets_its_segment_and_leaves_its_template_for_the_metrics() -> None:
+    reached, sent, scope = await call_path("/r/a%20b/p")
+    assert reached == [] and orjson.loads(sent[1]["body"]) == {"id": "a%20b"}
+    assert scope["route"].path_format == "/r/{id}/p"
+    # An exact route is found as before, and no template is looked for.
+    reached, sent, scope = await call_path("/r")
+    assert reached == [] and orjson.loads(sent[1]["body"]) == {} and "route" not in scope
+
+
+@pytest.mark.parametrize(("path", "method"), [("/r//p", "GET"), ("/r/a/b/p", "GET"), ("/r/a/p/", "GET"), ("/r/a", "GET"), ("/r/a/p", "POST")])
+async def test_a_path_not_of_the_template_goes_to_the_app(path: str, method: str) -> None:
+    reached, sent, scope = await call_path(path, method)
+    assert sent[0]["status"] == 299 and "route" not in scope
+
+
+@pytest.mark.parametrize("path", ["/r/{a}/{b}", "/r/x{a}", "/r/{a}x"])
+def test_a_fast_route_has_at_most_one_parameter_and_it_is_a_whole_segment(path: str) -> None:
+    with pytest.raises(ValueError, match="one path parameter"):
+        FastPath(Inner(), 100, {("GET", path): echo})
+
+
 # --- each fast route answers as its FastAPI route -----------------------------------
 
 
@@ -257,3 +297,52 @@ async def test_reading_oneself(public: httpx.AsyncClient, user_and_token, query:
     assert_same_answer(fast, routed)
     assert fast.status_code == (200 if not query else 400)
     assert_same_answer(*await get_both(public, "/users/me", query, {"Authorization": "Bearer nobody"}))
+
+
+async def asgi_get(app: Any, target: str, headers: dict[str, str] | None) -> dict:
+    """The scope a GET of ``target`` leaves behind once ``app`` answered it."""
+    path, _, query = target.partition("?")
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET", "scheme": "http",
+             "path": path, "raw_path": path.encode(), "root_path": "", "query_string": query.encode(),
+             "headers": [(name.lower().encode(), value.encode()) for name, value in (headers or {}).items()],
+             "client": ("127.0.0.1", 1), "server": ("test", 80)}  # fmt: skip
+
+    async def receive() -> dict:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: dict) -> None:
+        if message["type"] == "http.response.start":
+            assert message["status"] == 200
+
+    await app(scope, receive, send)
+    return scope
+
+
+@pytest.mark.parametrize("server", ["agent", "public"])
+async def test_proofs(
+    gateway: Gateway, agent: httpx.AsyncClient, public: httpx.AsyncClient, user_and_token, server: str
+) -> None:
+    for index in range(5):
+        await agent.post("/decisions", json={"statement": f"d{index}"})
+    client, headers = (agent, None) if server == "agent" else (public, user_and_token[1])
+    cases = {
+        "/decisions/3/proof": ["", "size=3", "size=5", "size=2", "size=6", "size=0", "size=x", "size=03", "other=1"],
+        "/decisions/9/proof": ["", "size=1"],
+        "/decisions/0/proof": [""],
+        "/decisions/03/proof": [""],
+        "/decisions/2147483648/proof": [""],
+        "/checkpoint/consistency": ["", "from=1", "from=2&to=4", "from=5&to=5", "to=3", "from=0", "from=4&to=3", "from=1&to=6", "from=-1", "to=x"],
+    }
+    answered = set()
+    for path, queries in cases.items():
+        for query in queries:
+            fast, routed = await get_both(client, path, query, headers)
+            assert_same_answer(fast, routed)
+            answered.add(fast.status_code)
+            if server == "public":
+                assert_same_answer(*await get_both(client, path, query, {"Authorization": "Bearer nobody"}))
+    assert answered == {200, 400, 404}
+    # And those answers were the fast path's: it leaves its template behind.
+    app = gateway.agent_asgi if server == "agent" else gateway.public_asgi
+    assert (await asgi_get(app, "/decisions/3/proof", headers))["route"].path_format == "/decisions/{seq}/proof"
+    assert "route" not in await asgi_get(app, "/checkpoint/consistency?from=2", headers)  # FastAPI's routing sets it

@@ -107,6 +107,10 @@ async def test_metrics_move_with_requests(
     seq = published.json()["seq"]
     assert (await agent.get(f"/decisions/{seq}")).status_code == 200
     assert (await agent.get(f"/decisions/{seq + 100}")).status_code == 404
+    # The fast path's templated route counts under its template, its refusals too.
+    assert (await agent.get(f"/decisions/{seq}/proof")).status_code == 200
+    assert (await agent.get(f"/decisions/{seq + 100}/proof")).status_code == 404
+    assert (await agent.get("/checkpoint/consistency?from=1")).status_code == 200
     assert (await agent.post("/messages", json={"userId": user.id, "text": "hi"})).status_code == 201
     assert (await agent.get(f"/no/such/{uuid.uuid4()}")).status_code == 404
     assert (await public.get("/users/me")).status_code == 401
@@ -120,6 +124,9 @@ async def test_metrics_move_with_requests(
     assert moved(requests, server="agent", route="/decisions/{seq}", method="GET", status="200") == 1
     assert moved(requests, server="agent", route="/decisions/{seq}", method="GET", status="404") == 1
     assert moved(requests, server="agent", route="unmatched", method="GET", status="404") == 1
+    assert moved(requests, server="agent", route="/decisions/{seq}/proof", method="GET", status="200") == 1
+    assert moved(requests, server="agent", route="/decisions/{seq}/proof", method="GET", status="404") == 1
+    assert moved(requests, server="agent", route="/checkpoint/consistency", method="GET", status="200") == 1
     assert moved(requests, server="public", route="/users/me", method="GET", status="401") == 1
     assert moved("agent_gateway_http_request_duration_seconds_count", server="agent", route="/decisions", method="POST") == 1
     assert moved("agent_gateway_decisions_total") == 1
@@ -132,7 +139,9 @@ async def test_metrics_move_with_requests(
         for (name, labels), count in samples(after).items()
         if name.startswith("agent_gateway_http_") and count != earlier.get((name, labels), 0.0)
     }
-    assert routes == {"/decisions", "/decisions/{seq}", "/messages", "/users/me", "unmatched"}
+    assert routes == {
+        "/decisions", "/decisions/{seq}", "/decisions/{seq}/proof", "/checkpoint/consistency", "/messages", "/users/me", "unmatched"
+    }
     assert user.id not in after and "counted" not in after
     assert value(after, "agent_gateway_signals", state="pending") + value(after, "agent_gateway_signals", state="processing") + value(
         after, "agent_gateway_signals", state="done"

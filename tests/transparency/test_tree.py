@@ -9,8 +9,9 @@ import orjson
 import pytest
 import sqlalchemy as sa
 
-from agent_gateway import deployment
+from agent_gateway import deployment, errors
 from agent_gateway.decisions import service
+from agent_gateway.decisions.service import DecisionNotFound
 from agent_gateway.signatures import keys
 from agent_gateway.signatures.identity import SigningIdentity
 from agent_gateway.signatures.service import DECISION_TYP
@@ -18,9 +19,10 @@ from agent_gateway.store import migrate, tree
 from agent_gateway.store.engine import Store, create_engine
 from agent_gateway.store.window import Window
 from agent_gateway.transparency import merkle
+from agent_gateway.transparency import service as transparency
 from tests import served
 from tests.foundation.conftest import empty_database_url  # noqa: F401
-from tests.transparency.test_merkle import mth
+from tests.transparency.test_merkle import mth, path, subproof
 
 identity = SigningIdentity(keys.generate_pem("ed25519"))
 
@@ -30,7 +32,7 @@ async def assert_tree_is_the_log(store: Store) -> list[service.Decision]:
     log = await service.read(store, Window(after=0, limit=200))
     assert await tree.size(store) == len(log)
     for index, decision in enumerate(log):
-        assert await tree.leaf_index(store, seq=decision.seq) == index
+        assert (await tree.read_inclusion(store, seq=decision.seq, size=None)).leaf_index == index
     leaves = [decision.jws.encode() for decision in log]
     fetch = tree.fetcher(store)
     root = await merkle.root(fetch, len(log))
@@ -146,3 +148,29 @@ async def test_the_tree_is_right_after_every_batch_whatever_the_sizes(store: Sto
         assert await tree.size(store) == len(leaves)
         assert await merkle.root(tree.fetcher(store), len(leaves)) == mth(leaves)
         batch = batch % 5 + 1
+
+
+async def test_one_statement_reads_every_node_of_every_proof(store: Store) -> None:
+    """The proof statements read a superset of each proof's nodes chosen by SQL from the leaf and
+    the sizes: every inclusion and consistency proof of a log of 37 (6 levels, every frontier
+    shape on the way) against the RFC's definitions, and the errors from the same read."""
+    async with store.transaction() as conn:
+        published = await service.publish_many(conn, identity, [f"p{n}" for n in range(37)])
+    leaves = [decision.jws.encode() for decision in published]
+    for size in range(1, 38):
+        for index, decision in enumerate(published[:size]):
+            proof = await transparency.inclusion(store, decision.seq, size)
+            assert (proof.index, proof.tree_size, proof.hashes) == (index, size, path(index, leaves[:size]))
+        for old in range(1, size + 1):
+            expected = subproof(old, leaves[:size], True) if old < size else []
+            assert await transparency.consistency(store, old, size) == (size, expected)
+    assert (await transparency.inclusion(store, published[5].seq, None)).hashes == path(5, leaves)
+    assert await transparency.consistency(store, 5, None) == (37, subproof(5, leaves, True))
+    with pytest.raises(DecisionNotFound):
+        await transparency.inclusion(store, published[-1].seq + 1, None)
+    for seq, size in [(published[5].seq, 5), (published[5].seq, 38)]:
+        with pytest.raises(errors.InvalidInput):
+            await transparency.inclusion(store, seq, size)
+    for old, new in [(None, None), (0, 3), (4, 3), (1, 38), (38, None)]:
+        with pytest.raises(errors.InvalidInput):
+            await transparency.consistency(store, old, new)

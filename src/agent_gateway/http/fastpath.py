@@ -13,6 +13,13 @@ route, which applies every rule and words every refusal. So the fast path
 only ever answers what the route would have answered, for the requests that
 matter, and never needs a refusal of its own.
 
+A route may have one path parameter segment (``/decisions/{seq}/proof``):
+its handler finds the segment, as it came, in ``scope["path_params"]``, and
+an answer of the fast path leaves the route in ``scope["route"]``, as
+FastAPI's routing does, so the request is counted under its template
+(``ops.observe``). Such routes are looked for only when no exact path is a
+fast route, so the busiest lookups stay one dict probe.
+
 An error the handler raises once it has begun (an unknown Token, a User
 nobody holds, the database gone) is answered as the route answers it
 (``http.errors.response_for``): the work is not tried a second time.
@@ -20,6 +27,7 @@ nobody holds, the database gone) is answered as the route answers it
 
 from __future__ import annotations
 
+import dataclasses
 import urllib.parse
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -36,6 +44,38 @@ Answer = tuple[int, bytes]
 Handler = Callable[[Scope, dict[str, Any]], Awaitable["Answer | None"]]
 
 
+@dataclasses.dataclass(frozen=True)
+class Template:
+    """A fast route with one path parameter segment: its path is ``prefix``, the segment, ``suffix``."""
+
+    method: str
+    path_format: str  # what ops.observe labels the request with, as FastAPI's routes
+    prefix: str
+    name: str
+    suffix: str
+    handler: Handler
+
+    @classmethod
+    def parse(cls, method: str, path: str, handler: Handler) -> Template | None:
+        """The template of ``path``; None for a path without parameter."""
+        opening = path.find("{")
+        if opening < 0:
+            return None
+        closing = path.index("}", opening)
+        prefix, name, suffix = path[:opening], path[opening + 1 : closing], path[closing + 1 :]
+        if not prefix.endswith("/") or not (suffix == "" or suffix.startswith("/")) or "{" in suffix:
+            raise ValueError(f"a fast route has at most one path parameter, a whole segment: {path}")
+        return cls(method, path, prefix, name, suffix, handler)
+
+    def segment(self, scope: Scope) -> str | None:
+        """The parameter's segment of the request's path; None when the path is not this route's."""
+        path = scope["path"]
+        if scope["method"] != self.method or not path.startswith(self.prefix) or not path.endswith(self.suffix):
+            return None
+        segment = path[len(self.prefix) : len(path) - len(self.suffix)]
+        return segment if segment and "/" not in segment else None
+
+
 class FastPath:
     """Answers the plainly valid requests of ``routes`` ((method, path) -> handler) itself.
 
@@ -47,13 +87,27 @@ class FastPath:
     def __init__(self, app: ASGIApp, limit: int, routes: Mapping[tuple[str, str], Handler]) -> None:
         self.app = app
         self.limit = limit
-        self.routes = dict(routes)
+        self.routes: dict[tuple[str, str], Handler] = {}
+        self.templates: list[Template] = []
+        for (method, path), handler in routes.items():
+            template = Template.parse(method, path, handler)
+            if template is None:
+                self.routes[method, path] = handler
+            else:
+                self.templates.append(template)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        handler = self.routes.get((scope["method"], scope["path"])) if scope["type"] == "http" else None
-        if handler is None:
+        if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        handler = self.routes.get((scope["method"], scope["path"]))
+        template = None
+        if handler is None:
+            template = self._template(scope)
+            if template is None:
+                await self.app(scope, receive, send)
+                return
+            handler = template.handler
         body = b""
         if scope["method"] == "POST":
             if not self._plain_post(scope):
@@ -75,15 +129,28 @@ class FastPath:
             try:
                 answer = await handler(scope, data)
             except Exception as exc:
+                if template is not None:
+                    scope["route"] = template
                 await http_errors.response_for(exc)(scope, receive, send)
                 return
         if answer is None:
             await self.app(scope, _replay(body, receive) if scope["method"] == "POST" else receive, send)
             return
+        if template is not None:
+            scope["route"] = template
         status, content = answer
         headers = [(b"content-length", str(len(content)).encode()), (b"content-type", b"application/json")]
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": content})
+
+    def _template(self, scope: Scope) -> Template | None:
+        """The templated route of the request, its segment put in ``scope["path_params"]``."""
+        for template in self.templates:
+            segment = template.segment(scope)
+            if segment is not None:
+                scope["path_params"] = {template.name: segment}
+                return template
+        return None
 
     def _plain_post(self, scope: Scope) -> bool:
         length = content_type = None

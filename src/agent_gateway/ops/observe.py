@@ -67,7 +67,8 @@ class _Series:
 class Observed:
     """Counts (``count``) and logs (``access_log``) every request ``app`` answers, as ``server``.
 
-    ``fast_routes`` are the (method, path) pairs the fast path answers: their path is their template.
+    ``fast_routes`` are the (method, path) pairs the fast path answers: an exact path is its own
+    template (the fast path leaves a templated route in ``scope["route"]``, as FastAPI does).
     """
 
     def __init__(

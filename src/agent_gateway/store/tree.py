@@ -21,20 +21,57 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agent_gateway.store import direct
 from agent_gateway.store.engine import Store
-from agent_gateway.store.tables import decision_tree, decisions
+from agent_gateway.store.tables import decision_tree
 from agent_gateway.transparency import merkle
 
 # A node's key is (the last leaf it covers) << LEVEL_BITS | its level: the nodes one
 # append completes are adjacent, and every append writes at the end of the primary key.
 LEVEL_BITS = 6
 
-_SIZE = direct.Query(sa.text("SELECT coalesce((max(node) >> :bits) + 1, 0) FROM decision_tree"))
-_LEAF_INDEX = direct.Query(sa.select(decisions.c.leaf_index).where(decisions.c.seq == sa.bindparam("seq")))
+# The tree's size: the newest node is the last leaf's (its level the highest of that leaf).
+_CURRENT = "(SELECT coalesce((max(node) >> :bits) + 1, 0) FROM decision_tree)"
+_SIZE = direct.Query(sa.text("SELECT " + _CURRENT))
 # Many nodes in one statement: PostgreSQL takes an array, SQLite a JSON array.
 _NODES = {
     "postgresql": direct.Query(sa.text("SELECT node, hash FROM decision_tree WHERE node = ANY(CAST(:keys AS BIGINT[]))")),
     "sqlite": direct.Query(sa.text("SELECT node, hash FROM decision_tree WHERE node IN (SELECT value FROM json_each(:keys))")),
 }
+# A proof in one statement: the tree's size, the leaf's index (an inclusion proof), and the nodes
+# the proof can need, whose keys follow from those. Which nodes are needed is settled by
+# ``transparency.merkle`` from what is read; the statement reads a superset, of at most three
+# nodes per level (tests/transparency/test_tree.py checks it against every proof of small trees):
+#   - the sibling of each node on the path of the leaf (for a consistency proof: the old tree's
+#     last leaf): (v, (leaf >> v) xor 1), the complete subtrees left and right of the path;
+#   - the frontier of the size n: (v, (n >> v) - 1) for each bit v of n, what the incomplete
+#     subtree on the right edge is made of;
+#   - for a consistency proof from m, the largest node ending at leaf m: [m - (m & -m), m).
+# The first row carries the sizes and the leaf (node NULL), the rest the nodes. SQLite has no
+# xor: x xor 1 is x + 1 - 2 * (x & 1). Levels go up to n's highest bit, a recursive CTE on both.
+_PROOF_NODES = (
+    "l(v) AS (SELECT 0 UNION ALL SELECT v + 1 FROM l, p WHERE (p.n >> (v + 1)) > 0), "
+    "k(node) AS ("
+    " SELECT ((((((p.leaf >> v) + 1 - 2 * ((p.leaf >> v) & 1)) + 1) << v) - 1) << :bits) | v FROM p, l"
+    " UNION ALL SELECT ((((p.n >> v) << v) - 1) << :bits) | v FROM p, l WHERE (p.n >> v) & 1 = 1"
+    " UNION ALL SELECT ((p.m - 1) << :bits) | v FROM p, l WHERE ((p.m >> v) << v) = p.m AND (p.m >> v) & 1 = 1) "
+    "SELECT NULL, NULL, p.leaf, p.cur FROM p "
+    "UNION ALL SELECT t.node, t.hash, NULL, NULL FROM k JOIN decision_tree AS t ON t.node = k.node"
+)
+_INCLUSION = direct.Query(
+    sa.text(
+        "WITH RECURSIVE s(leaf, cur) AS (SELECT (SELECT CAST(leaf_index AS BIGINT) FROM decisions WHERE seq = :seq), "
+        + _CURRENT
+        + "), p(leaf, m, n, cur) AS (SELECT leaf, CAST(NULL AS BIGINT), coalesce(CAST(:size AS BIGINT), cur), cur FROM s), "
+        + _PROOF_NODES
+    )
+)
+_CONSISTENCY = direct.Query(
+    sa.text(
+        "WITH RECURSIVE s(cur) AS (SELECT "
+        + _CURRENT
+        + "), p(leaf, m, n, cur) AS (SELECT CAST(:old AS BIGINT) - 1, CAST(:old AS BIGINT), coalesce(CAST(:new AS BIGINT), cur), cur FROM s), "
+        + _PROOF_NODES
+    )
+)
 # The frontier in one statement: the newest node tells the size n, and the frontier is the
 # subtree (L, (n >> L) - 1) for each bit L set in n; one primary-key lookup each.
 _FRONTIER = {
@@ -107,10 +144,35 @@ async def size(store: Store) -> int:
     return int(count)
 
 
-async def leaf_index(store: Store, *, seq: int) -> int | None:
-    """The leaf of the Decision numbered ``seq``; None when there is no such Decision."""
-    rows = await store.fetch(_LEAF_INDEX, seq=seq)
-    return None if not rows or rows[0][0] is None else int(rows[0][0])
+@dataclasses.dataclass(frozen=True)
+class ProofRead:
+    """What one proof statement reads: the tree's size now, the leaf's index (inclusion proofs;
+    None when there is no such Decision), and stored nodes, every one the proof needs among them."""
+
+    size: int
+    leaf_index: int | None
+    nodes: dict[merkle.Node, bytes]
+
+    async def fetch(self, nodes: Sequence[merkle.Node]) -> Mapping[merkle.Node, bytes]:
+        """The ``merkle.Fetch`` of a proof from what was read (``nodes`` are among it)."""
+        return self.nodes
+
+
+def _proof_read(rows: Sequence[Sequence[object]]) -> ProofRead:
+    [(leaf, size)] = [row[2:] for row in rows if row[0] is None]
+    return ProofRead(int(size), None if leaf is None else int(leaf), _hashes([row[:2] for row in rows if row[0] is not None]))  # type: ignore[call-overload]
+
+
+async def read_inclusion(store: Store, *, seq: int, size: int | None) -> ProofRead:
+    """In one statement, what the inclusion proof of the Decision numbered ``seq`` in the tree of
+    ``size`` (None: the tree as it is) needs; committed Decisions only."""
+    return _proof_read(await store.fetch(_INCLUSION, bits=LEVEL_BITS, seq=seq, size=size))
+
+
+async def read_consistency(store: Store, *, old: int, new: int | None) -> ProofRead:
+    """In one statement, what the consistency proof from the tree of ``old`` (at least 1) to
+    that of ``new`` (None: the tree as it is) needs."""
+    return _proof_read(await store.fetch(_CONSISTENCY, bits=LEVEL_BITS, old=old, new=new))
 
 
 def fetcher(store: Store) -> merkle.Fetch:

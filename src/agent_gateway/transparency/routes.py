@@ -9,11 +9,15 @@ from typing import Annotated, Any
 from fastapi import Depends, Query, Request
 from pydantic import BaseModel, Field
 from starlette.responses import Response
+from starlette.types import Scope
 
+from agent_gateway import errors, jsontext
 from agent_gateway.auth import schemes
 from agent_gateway.http import params
 from agent_gateway.http.app import router as new_router
+from agent_gateway.http.fastpath import Answer
 from agent_gateway.http.routing import INT32_MAX, error_responses, json_response, parse_int
+from agent_gateway.store.engine import Store
 from agent_gateway.transparency import service
 
 CHECKPOINT_MEDIA_TYPE = "text/plain; charset=utf-8"
@@ -60,16 +64,22 @@ async def _checkpoint(request: Request) -> Response:
     return Response(await request.app.state.checkpoints.latest(), media_type=CHECKPOINT_MEDIA_TYPE)
 
 
-async def _proof(request: Request, seq: str, size: str | None) -> Response:
-    number = params.seq_path(seq)
-    proof = await service.inclusion(request.app.state.store, number, parse_int("size", size, 1, INT32_MAX))
-    return json_response({"index": proof.index, "treeSize": proof.tree_size, "hashes": _b64(proof.hashes)})
+def _proof_args(seq: str, size: str | None) -> tuple[int, int | None]:
+    return params.seq_path(seq), parse_int("size", size, 1, INT32_MAX)
 
 
-async def _consistency(request: Request, from_: str | None, to: str | None) -> Response:
-    old, new = parse_int("from", from_, 1, INT32_MAX), parse_int("to", to, 1, INT32_MAX)
-    new, hashes = await service.consistency(request.app.state.store, old, new)
-    return json_response({"from": old, "to": new, "hashes": _b64(hashes)})
+async def _proof(store: Store, seq: int, size: int | None) -> dict[str, Any]:
+    proof = await service.inclusion(store, seq, size)
+    return {"index": proof.index, "treeSize": proof.tree_size, "hashes": _b64(proof.hashes)}
+
+
+def _consistency_args(from_: str | None, to: str | None) -> tuple[int | None, int | None]:
+    return parse_int("from", from_, 1, INT32_MAX), parse_int("to", to, 1, INT32_MAX)
+
+
+async def _consistency(store: Store, old: int | None, new: int | None) -> dict[str, Any]:
+    new, hashes = await service.consistency(store, old, new)
+    return {"from": old, "to": new, "hashes": _b64(hashes)}
 
 
 @agent.get("/checkpoint", response_class=Response, responses=_CHECKPOINT, summary=_CHECKPOINT_SUMMARY)
@@ -79,12 +89,12 @@ async def checkpoint_agent(request: Request) -> Any:
 
 @agent.get("/checkpoint/consistency", responses=_CONSISTENCY, summary=_CONSISTENCY_SUMMARY)
 async def consistency_agent(request: Request, from_: FromQuery = None, to: ToQuery = None) -> Any:
-    return await _consistency(request, from_, to)
+    return json_response(await _consistency(request.app.state.store, *_consistency_args(from_, to)))
 
 
 @agent.get("/decisions/{seq}/proof", responses=_PROOF, summary=_PROOF_SUMMARY)
 async def proof_agent(request: Request, seq: str, size: SizeQuery = None) -> Any:
-    return await _proof(request, seq, size)
+    return json_response(await _proof(request.app.state.store, *_proof_args(seq, size)))
 
 
 @public.get(
@@ -96,9 +106,58 @@ async def checkpoint_public(request: Request, _: Authenticated) -> Any:
 
 @public.get("/checkpoint/consistency", responses={**_CONSISTENCY, **error_responses(401)}, summary=_CONSISTENCY_SUMMARY)
 async def consistency_public(request: Request, _: Authenticated, from_: FromQuery = None, to: ToQuery = None) -> Any:
-    return await _consistency(request, from_, to)
+    return json_response(await _consistency(request.app.state.store, *_consistency_args(from_, to)))
 
 
 @public.get("/decisions/{seq}/proof", responses={**_PROOF, **error_responses(401)}, summary=_PROOF_SUMMARY)
 async def proof_public(request: Request, _: Authenticated, seq: str, size: SizeQuery = None) -> Any:
-    return await _proof(request, seq, size)
+    return json_response(await _proof(request.app.state.store, *_proof_args(seq, size)))
+
+
+# --- The fast path (http.fastpath): the proofs an auditor asks for in bulk -----------
+# On the Public server the caller is authenticated once the parameters are plainly valid
+# and before anything is read, which is where the route's dependency refuses too.
+
+
+async def _fast_proof(scope: Scope, query: dict[str, str], *, public: bool) -> Answer | None:
+    if not query.keys() <= {"size"}:
+        return None
+    try:
+        seq, size = _proof_args(scope["path_params"]["seq"], query.get("size"))
+    except errors.InvalidInput:
+        return None
+    if public:
+        await schemes.authenticated(Request(scope))
+    return 200, jsontext.dumps(await _proof(scope["app"].state.store, seq, size))
+
+
+async def _fast_consistency(scope: Scope, query: dict[str, str], *, public: bool) -> Answer | None:
+    if not query.keys() <= {"from", "to"}:
+        return None
+    try:
+        old, new = _consistency_args(query.get("from"), query.get("to"))
+    except errors.InvalidInput:
+        return None
+    if public:
+        await schemes.authenticated(Request(scope))
+    return 200, jsontext.dumps(await _consistency(scope["app"].state.store, old, new))
+
+
+async def fast_proof_agent(scope: Scope, query: dict[str, str]) -> Answer | None:
+    """``GET /decisions/{seq}/proof`` on the Agent server."""
+    return await _fast_proof(scope, query, public=False)
+
+
+async def fast_proof_public(scope: Scope, query: dict[str, str]) -> Answer | None:
+    """``GET /decisions/{seq}/proof`` on the Public server."""
+    return await _fast_proof(scope, query, public=True)
+
+
+async def fast_consistency_agent(scope: Scope, query: dict[str, str]) -> Answer | None:
+    """``GET /checkpoint/consistency`` on the Agent server."""
+    return await _fast_consistency(scope, query, public=False)
+
+
+async def fast_consistency_public(scope: Scope, query: dict[str, str]) -> Answer | None:
+    """``GET /checkpoint/consistency`` on the Public server."""
+    return await _fast_consistency(scope, query, public=True)

@@ -71,17 +71,17 @@ async def inclusion(store: Store, seq: int, size: int | None) -> Inclusion:
     """The RFC 9162 inclusion proof of Decision ``seq`` in the tree of ``size`` (default: the
     current tree). Raises :class:`DecisionNotFound` for a number with no Decision and
     :class:`errors.InvalidInput` for a size that does not hold it or that the tree has not reached."""
-    index = await tree.leaf_index(store, seq=seq)
+    read = await tree.read_inclusion(store, seq=seq, size=size)
+    index = read.leaf_index
     if index is None:
         raise DecisionNotFound()
-    current = await tree.size(store)
     if size is None:
-        size = current
+        size = read.size
     if size <= index:
         raise errors.InvalidInput(f"size must be at least {index + 1}: Decision {seq} is leaf {index}")
-    if size > current:
-        raise errors.InvalidInput(f"size must be at most {current}, the size of the tree")
-    return Inclusion(index, size, await merkle.inclusion_proof(tree.fetcher(store), index, size))
+    if size > read.size:
+        raise errors.InvalidInput(f"size must be at most {read.size}, the size of the tree")
+    return Inclusion(index, size, await merkle.inclusion_proof(read.fetch, index, size))
 
 
 async def consistency(store: Store, old: int | None, new: int | None) -> tuple[int, list[bytes]]:
@@ -92,11 +92,11 @@ async def consistency(store: Store, old: int | None, new: int | None) -> tuple[i
         raise errors.InvalidInput("from is required")
     if old < 1:
         raise errors.InvalidInput("from must be at least 1")
-    current = await tree.size(store)
+    read = await tree.read_consistency(store, old=old, new=new)
     if new is None:
-        new = current
+        new = read.size
     if old > new:
         raise errors.InvalidInput(f"from must not be larger than to ({new})")
-    if new > current:
-        raise errors.InvalidInput(f"to must be at most {current}, the size of the tree")
-    return new, await merkle.consistency_proof(tree.fetcher(store), old, new)
+    if new > read.size:
+        raise errors.InvalidInput(f"to must be at most {read.size}, the size of the tree")
+    return new, await merkle.consistency_proof(read.fetch, old, new)
