@@ -14,6 +14,12 @@ Each backend gets a fresh real gateway (``bench.harness``: ``init``, then
    agent is dead) answered: the time from the kill, over ``--kills`` rounds
    (target within 10 s).
 
+The client is ``bench.rawhttp`` (kept-alive raw HTTP/1.1): httpx's CPU per
+request, on the same two cores, bounded the burst more than the gateway did.
+The burst ends at the last answer's ``createdAt`` (the gateway's clock, on
+this host), so its poller may poll seldom: every 0.1 s, each User's log only
+past the last ``seq`` it saw.
+
 ``--mode per-run`` measures 1 and 2 with one echo process per Run instead, for comparison.
 """
 
@@ -21,81 +27,100 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import datetime
 import os
 import signal
 import statistics
 import time
 from pathlib import Path
+from typing import Any
 
-import httpx
-
-from bench import harness
+from bench import harness, rawhttp
 from bench.messages import admit_with_token
 from tests.served import ServedGateway
 
 POLL_INTERVAL_S = 0.001
 ANSWER_TIMEOUT_S = 60
-BURST_POLL_S = 0.02
+BURST_POLL_S = 0.1
 ECHO_MODULE = "agent_gateway.runtimes.echo"
 
 
-async def answered(client: httpx.AsyncClient, served: ServedGateway, auth: dict[str, str], seq: int) -> None:
+def ok(answer: tuple[int, Any], *expected: int) -> Any:
+    status, body = answer
+    if status not in expected:
+        raise SystemExit(f"answered {status}: {body}")
+    return body
+
+
+async def answered(public: rawhttp.Connection, served: ServedGateway, seq: int) -> None:
     """Poll the User's log after ``seq`` until the agent's answer is readable."""
     started = time.perf_counter()
     while True:
-        page = await client.get(f"{served.public_url}/messages", params={"after": str(seq)}, headers=auth)
-        if any(m["direction"] == "outbound" for m in page.json()["messages"]):
+        page = ok(await public.get("/messages", {"after": str(seq)}), 200)
+        if any(m["direction"] == "outbound" for m in page["messages"]):
             return
         if time.perf_counter() - started > ANSWER_TIMEOUT_S:
             raise SystemExit(f"no answer within {ANSWER_TIMEOUT_S}s; gateway log:\n{served.output()}")
         await asyncio.sleep(POLL_INTERVAL_S)
 
 
-async def one_answer(client: httpx.AsyncClient, served: ServedGateway, auth: dict[str, str], text: str) -> float:
+async def one_answer(public: rawhttp.Connection, served: ServedGateway, text: str) -> float:
     """Milliseconds from sending one Message to its answer being readable."""
     started = time.perf_counter()
-    sent = await client.post(f"{served.public_url}/messages", json={"text": text}, headers=auth)
-    sent.raise_for_status()
-    await answered(client, served, auth, sent.json()["seq"])
+    sent = ok(await public.post("/messages", {"text": text}), 201)
+    await answered(public, served, sent["seq"])
     return (time.perf_counter() - started) * 1000
 
 
 async def sequential(served: ServedGateway, samples: int) -> list[float]:
     _, auth = admit_with_token(served)
-    async with httpx.AsyncClient(timeout=ANSWER_TIMEOUT_S) as client:
-        await one_answer(client, served, auth, "warm-up")  # the agent may still be starting
-        return [await one_answer(client, served, auth, f"ping {n}") for n in range(samples)]
+    async with rawhttp.Connection(served.public_url, auth) as public:
+        await one_answer(public, served, "warm-up")  # the agent may still be starting
+        return [await one_answer(public, served, f"ping {n}") for n in range(samples)]
 
 
-async def burst(served: ServedGateway, total: int, clients: int) -> float:
-    """Answered per second: ``total`` Messages from ``clients`` Users at once, until every one is answered."""
+async def burst(served: ServedGateway, total: int, clients: int) -> tuple[float, float]:
+    """``total`` Messages from ``clients`` Users at once, until every one is answered: answered
+    per second, and this client's own CPU milliseconds per Message (taken from the gateway's two cores)."""
     users = [admit_with_token(served) for _ in range(clients)]
     shares = [total // clients + (1 if n < total % clients else 0) for n in range(clients)]
 
     async def user_sends(auth: dict[str, str], count: int) -> None:
-        async with httpx.AsyncClient(timeout=ANSWER_TIMEOUT_S) as client:
+        async with rawhttp.Connection(served.public_url, auth) as public:
             for n in range(count):
-                sent = await client.post(f"{served.public_url}/messages", json={"text": f"burst {n}"}, headers=auth)
-                sent.raise_for_status()
+                ok(await public.post("/messages", {"text": f"burst {n}"}), 201)
 
-    async def all_answered() -> None:
-        """One poller (not one per client, which would load the gateway it measures)."""
+    async def last_answer() -> datetime.datetime:
+        """When the last answer was recorded (its ``createdAt``): the poller's own period and the
+        gateway's load from it then change nothing measured, so it reads each User's log only
+        past what it has seen, every ``BURST_POLL_S``, one User after another."""
         waiting = {user_id: count for (user_id, _), count in zip(users, shares)}
+        seen = dict.fromkeys(waiting, 0)
+        last = ""
         deadline = time.perf_counter() + ANSWER_TIMEOUT_S * 5
-        async with httpx.AsyncClient(timeout=ANSWER_TIMEOUT_S) as client:
+        async with rawhttp.Connection(served.agent_url) as agent:
             while waiting:
-                for user_id, count in list(waiting.items()):
-                    params = {"user": user_id, "after": "0", "limit": "200"}
-                    log = (await client.get(f"{served.agent_url}/messages", params=params)).json()["messages"]
-                    if sum(m["direction"] == "outbound" for m in log) >= count:
+                await asyncio.sleep(BURST_POLL_S)
+                for user_id in list(waiting):
+                    params = {"user": user_id, "after": str(seen[user_id]), "limit": "200"}
+                    log = ok(await agent.get("/messages", params), 200)["messages"]
+                    if log:
+                        seen[user_id] = log[-1]["seq"]
+                    for message in log:
+                        if message["direction"] == "outbound":
+                            waiting[user_id] -= 1
+                            last = max(last, message["createdAt"])
+                    if waiting[user_id] <= 0:
                         del waiting[user_id]
                 if time.perf_counter() > deadline:
                     raise SystemExit(f"not all answered; gateway log:\n{served.output()}")
-                await asyncio.sleep(BURST_POLL_S)
+        return datetime.datetime.fromisoformat(last)
 
-    started = time.perf_counter()
-    await asyncio.gather(*(user_sends(auth, count) for (_, auth), count in zip(users, shares)), all_answered())
-    return total / (time.perf_counter() - started)
+    started, cpu = datetime.datetime.now(datetime.timezone.utc), time.process_time()
+    *_, ended = await asyncio.gather(
+        *(user_sends(auth, count) for (_, auth), count in zip(users, shares)), last_answer()
+    )
+    return total / (ended - started).total_seconds(), (time.process_time() - cpu) * 1000 / total
 
 
 def agent_pid(served: ServedGateway) -> int:
@@ -114,10 +139,10 @@ def agent_pid(served: ServedGateway) -> int:
     raise SystemExit("no echo agent process found under serve")
 
 
-async def runs_ended(client: httpx.AsyncClient, served: ServedGateway) -> None:
+async def runs_ended(agent: rawhttp.Connection) -> None:
     """Wait until no Run is running: the echo answers before its Run ends."""
     while True:
-        runs = (await client.get(f"{served.agent_url}/runs", params={"limit": "1"})).json()["runs"]
+        runs = ok(await agent.get("/runs", {"limit": "1"}), 200)["runs"]
         if not runs or runs[0]["state"] in ("done", "failed"):
             return
         await asyncio.sleep(POLL_INTERVAL_S)
@@ -126,10 +151,10 @@ async def runs_ended(client: httpx.AsyncClient, served: ServedGateway) -> None:
 async def recovery(served: ServedGateway, rounds: int) -> list[float]:
     _, auth = admit_with_token(served)
     times = []
-    async with httpx.AsyncClient(timeout=ANSWER_TIMEOUT_S) as client:
+    async with rawhttp.Connection(served.public_url, auth) as public, rawhttp.Connection(served.agent_url) as agent:
         for n in range(rounds):
-            await one_answer(client, served, auth, f"before kill {n}")
-            await runs_ended(client, served)
+            await one_answer(public, served, f"before kill {n}")
+            await runs_ended(agent)
             pid = agent_pid(served)
             killed = time.perf_counter()
             os.kill(pid, signal.SIGKILL)
@@ -138,7 +163,7 @@ async def recovery(served: ServedGateway, rounds: int) -> list[float]:
             # the dying agent, and that Run fails, as any Run in flight does.
             while Path(f"/proc/{pid}").exists() and "State:\tZ" not in Path(f"/proc/{pid}/status").read_text():
                 await asyncio.sleep(POLL_INTERVAL_S)
-            await one_answer(client, served, auth, f"after kill {n}")
+            await one_answer(public, served, f"after kill {n}")
             times.append((time.perf_counter() - killed) * 1000)
     return times
 
@@ -151,8 +176,11 @@ def bench(backend: str, samples: int, total: int, clients: int, kills: int, mode
             f"{backend:<10} Message -> echo answer readable, sequential ({samples}): "
             f"p50 {cuts[49]:.1f} ms  p99 {cuts[98]:.1f} ms  max {max(delays):.1f} ms"
         )
-        rate = asyncio.run(burst(served, total, clients))
-        print(f"{backend:<10} {total} Messages at once from {clients} clients: {rate:,.0f} answered/s")
+        rate, client_cpu_ms = asyncio.run(burst(served, total, clients))
+        print(
+            f"{backend:<10} {total} Messages at once from {clients} clients: {rate:,.0f} answered/s "
+            f"(this client's CPU: {client_cpu_ms:.1f} ms per Message)"
+        )
         if mode == "per-run":
             return
         times = asyncio.run(recovery(served, kills))

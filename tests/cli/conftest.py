@@ -78,7 +78,7 @@ async def _record(settings: config.Settings) -> Recorded:
             async with store.transaction() as conn:
                 signal = await signal_queries.claim_oldest(conn)
                 assert signal is not None
-                [run] = await run_queries.insert_pending(conn, signal_id=signal.id, prompts=[(str(uuid.uuid4()), None, "p")])
+                [run] = await run_queries.record(conn, signal_id=signal.id, prompts=[(str(uuid.uuid4()), None, "p")])
                 await run_queries.start(conn, id=run.id, started_at="2026-01-01T00:00:00.000Z")
                 await run_queries.finish(conn, id=run.id, error=outcome, ended_at="2026-01-01T00:00:01.000Z")
                 await signal_queries.finish(conn, id=signal.id, error=outcome)

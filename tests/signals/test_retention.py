@@ -42,7 +42,7 @@ async def _record(store: Store, state: str, emitted_at: str, run_ends: list[str 
     signal_id = str(uuid.uuid4())
     async with store.transaction() as conn:
         await signal_queries.insert(conn, id=signal_id, kind="k", payload=None, emitted_at=emitted_at)
-        recorded = await run_queries.insert_pending(
+        recorded = await run_queries.record(
             conn, signal_id=signal_id, prompts=[(str(uuid.uuid4()), None, "p") for _ in run_ends]
         )
         for run, ended_at in zip(recorded, run_ends):

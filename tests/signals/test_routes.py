@@ -45,7 +45,7 @@ async def _record(gateway: Gateway, kind: str, emitted_at: str, runs: list[str |
     signal_id = str(uuid.uuid4())
     async with gateway.store.transaction() as conn:
         await signal_queries.insert(conn, id=signal_id, kind=kind, payload={"k": kind}, emitted_at=emitted_at)
-        recorded = await run_queries.insert_pending(
+        recorded = await run_queries.record(
             conn, signal_id=signal_id, prompts=[(str(uuid.uuid4()), f"s{n}", "p") for n in range(len(runs))]
         )
         for run, started_at in zip(recorded, runs):

@@ -55,7 +55,7 @@ async def test_states_are_one_way(store: Store) -> None:
         # Not yet processing: it cannot end.
         assert not await signal_queries.finish(conn, id=signal_id, error=None)
         assert (await signal_queries.claim_oldest(conn)).id == signal_id  # type: ignore[union-attr]
-        await run_queries.insert_pending(conn, signal_id=signal_id, prompts=[(run_id, "s", "p")])
+        await run_queries.record(conn, signal_id=signal_id, prompts=[(run_id, "s", "p")])
         assert not await run_queries.finish(conn, id=run_id, error=None, ended_at="x")  # pending cannot end
         assert await run_queries.start(conn, id=run_id, started_at="2026-01-01T00:00:00.000Z")
         assert not await run_queries.start(conn, id=run_id, started_at="2026-01-01T00:00:01.000Z")
@@ -74,6 +74,24 @@ async def test_states_are_one_way(store: Store) -> None:
     )
 
 
+async def test_a_run_recorded_started_is_running_and_its_later_runs_pending(store: Store) -> None:
+    signal_id = await emit(store, "k", None)
+    first, second = str(uuid.uuid4()), str(uuid.uuid4())
+    async with store.transaction() as conn:
+        await signal_queries.claim_oldest(conn)
+        recorded = await run_queries.record(
+            conn, signal_id=signal_id, prompts=[(first, "a", "1"), (second, "b", "2")],
+            first_started_at="2026-01-01T00:00:00.000Z",
+        )
+        assert not await run_queries.start(conn, id=first, started_at="2026-01-01T00:00:01.000Z")  # already running
+    async with store.read() as conn:
+        stored = [await service.get_run(conn, run_id) for run_id in (first, second)]
+    assert [(run.state, run.started_at) for run in recorded] == [
+        ("running", "2026-01-01T00:00:00.000Z"), ("pending", None),
+    ]
+    assert stored == recorded
+
+
 async def test_recovery_fails_what_a_stopped_process_left_and_runs_what_is_pending(
     store: Store, make_gateway: GatewayFactory
 ) -> None:
@@ -82,7 +100,7 @@ async def test_recovery_fails_what_a_stopped_process_left_and_runs_what_is_pendi
     async with store.transaction() as conn:
         await signal_queries.insert(conn, id=left, kind="k", payload={}, emitted_at=clock.now_iso())
         await signal_queries.claim_oldest(conn)
-        await run_queries.insert_pending(
+        await run_queries.record(
             conn, signal_id=left, prompts=[(done_run, "a", "1"), (running_run, "b", "2"), (pending_run, "c", "3")]
         )
         for run_id in (done_run, running_run):

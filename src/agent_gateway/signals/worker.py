@@ -149,11 +149,10 @@ class Worker:
             runs = _runs(signal, _checked(handler.handle(signal)))  # type: ignore[union-attr]
         except Exception:
             return _Claimed(signal)
-        await run_queries.insert_pending(
-            conn, signal_id=signal.id, prompts=[(run.id, run.session, run.prompt) for run in runs]
+        await run_queries.record(
+            conn, signal_id=signal.id, prompts=[(run.id, run.session, run.prompt) for run in runs],
+            first_started_at=clock.now_iso(),
         )
-        if runs:
-            await run_queries.start(conn, id=runs[0].id, started_at=clock.now_iso())
         return _Claimed(signal, runs)
 
     async def _process(self, claimed: _Claimed) -> _Claimed | None:
@@ -247,13 +246,17 @@ class Worker:
         signal, claimed = step.signal, None
         async with self.store.transaction() as conn:
             now = clock.now_iso()
+            # The Run this step starts is recorded running when the step records it.
+            starts_recorded = bool(step.record) and step.start is step.record[0]
             if step.record:
                 rows = [(run.id, run.session, run.prompt) for run in step.record]
-                await run_queries.insert_pending(conn, signal_id=signal.id, prompts=rows)
+                await run_queries.record(
+                    conn, signal_id=signal.id, prompts=rows, first_started_at=now if starts_recorded else None
+                )
             if step.ended is not None:
                 ended, error = step.ended
                 await run_queries.finish(conn, id=ended.id, error=_storable(error), ended_at=now)
-            if step.start is not None:
+            if step.start is not None and not starts_recorded:
                 await run_queries.start(conn, id=step.start.id, started_at=now)
             if step.abandon is not None:
                 await run_queries.fail_unfinished(

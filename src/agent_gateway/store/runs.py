@@ -61,14 +61,26 @@ _COLUMNS = (
 )
 
 
-async def insert_pending(conn: AsyncConnection, *, signal_id: str, prompts: Iterable[tuple[str, str, str]]) -> list[Run]:
-    """Record ``(id, session, prompt)`` Runs of one Signal as ``pending``, in this order."""
+async def record(
+    conn: AsyncConnection, *, signal_id: str, prompts: Iterable[tuple[str, str, str]], first_started_at: str | None = None
+) -> list[Run]:
+    """Record ``(id, session, prompt)`` Runs of one Signal as ``pending``, in this order.
+
+    With ``first_started_at`` the first is recorded ``running`` since then
+    instead: the same state a :func:`start` right after would give it, for one
+    statement less in the transaction that hands it to the agent.
+    """
     recorded = [Run(id, signal_id, session, prompt, PENDING, None, None, None) for id, session, prompt in prompts]
+    if recorded and first_started_at is not None:
+        recorded[0] = dataclasses.replace(recorded[0], state=RUNNING, started_at=first_started_at)
     if recorded:
         await conn.execute(
             runs.insert(),
             [
-                {"id": run.id, "signal_id": signal_id, "session": run.session, "prompt": run.prompt, "state": PENDING}
+                {
+                    "id": run.id, "signal_id": signal_id, "session": run.session, "prompt": run.prompt,
+                    "state": run.state, "started_at": run.started_at,
+                }
                 for run in recorded
             ],
         )
