@@ -2,10 +2,13 @@
 
 A writer calls ``engine.notify(conn, channel)`` inside its transaction; once
 the transaction commits, every :class:`Subscription` on that channel wakes.
-On PostgreSQL the transaction also sends ``NOTIFY agent_gateway, '<channel>'``
-(delivered only if it commits), and every gateway process listens on a
-dedicated connection, so a Signal emitted or a Schedule written by any process
-wakes the worker and schedulers of all of them. Wake-ups only accelerate: each
+On PostgreSQL the transaction also sends ``NOTIFY agent_gateway, '<origin>
+<channel>'`` (delivered only if it commits), and every gateway process listens
+on a dedicated connection, so a Signal emitted or a Schedule written by any
+process wakes the worker and schedulers of all of them. The origin names the
+sending :class:`~agent_gateway.store.engine.Store`, whose listener skips its
+own: those subscribers were woken at commit already, and a second wake-up
+would cost each of them a second read (a Message stream, one per Message). Wake-ups only accelerate: each
 loop also sweeps on a timer, and a listener that reconnects wakes every
 channel once, so a notification lost while the database restarted costs at
 most one sweep.
@@ -85,12 +88,18 @@ class Notifier:
             self.publish(channel)
 
 
+def pg_payload(origin: str, channel: str) -> str:
+    """The NOTIFY payload that wakes ``channel`` in every process but ``origin``'s."""
+    return f"{origin} {channel}"
+
+
 class PostgresListener:
     """LISTEN on a dedicated connection, reconnecting with back-off until stopped."""
 
-    def __init__(self, dsn: str, notifier: Notifier) -> None:
+    def __init__(self, dsn: str, notifier: Notifier, origin: str) -> None:
         self.dsn = dsn
         self.notifier = notifier
+        self.origin = origin
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -103,7 +112,9 @@ class PostgresListener:
             self._task = None
 
     def _on_notification(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
-        self.notifier.publish(payload)
+        origin, _, channel = payload.partition(" ")
+        if origin != self.origin:
+            self.notifier.publish(channel)
 
     async def _run(self) -> None:
         failures = 0
