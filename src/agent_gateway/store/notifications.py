@@ -22,6 +22,7 @@ loops listens.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 import os
@@ -40,29 +41,35 @@ LIVENESS_CHECK_S = 2.0
 class Subscription:
     """A waiter on one channel: ``await wait(timeout)`` returns early when woken."""
 
+    __slots__ = ("_event", "_woken")
+
     def __init__(self) -> None:
         self._event = asyncio.Event()
+        self._woken = False
 
     def wake(self) -> None:
+        self._woken = True
+        self._event.set()
+
+    def nudge(self) -> None:
+        """End the current wait as a timeout would: the waiter has something else to do."""
         self._event.set()
 
     async def wait(self, timeout: float | None) -> bool:
-        """Wait until woken or ``timeout`` seconds; True when woken. Clears the wake-up."""
-        if self._event.is_set():
-            # A zero timeout would expire before the wait looks, report a timeout
-            # and then clear the wake-up: a poll must never lose one.
-            self._event.clear()
-            return True
-        try:
-            # asyncio.timeout, not wait_for: no task per wait (5,000 idle Message
-            # streams each wait here).
-            async with asyncio.timeout(timeout):
+        """Wait until woken, nudged or ``timeout`` seconds (None: no limit); True when woken. Clears the wake-up."""
+        # A zero timeout would expire before the wait looks, report a timeout and
+        # then clear the wake-up: a poll must never lose one.
+        if not self._event.is_set():
+            if timeout is None:
                 await self._event.wait()
-            return True
-        except TimeoutError:
-            return self._event.is_set()  # woken as the timeout expired
-        finally:
-            self._event.clear()
+            else:
+                # asyncio.timeout, not wait_for: no task per wait.
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(timeout):
+                        await self._event.wait()
+        woken, self._woken = self._woken, False
+        self._event.clear()
+        return woken
 
 
 class Notifier:
