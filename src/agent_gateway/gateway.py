@@ -122,6 +122,7 @@ class Gateway:
                 ("GET", "/decisions"): decisions_routes.fast_read_agent,
                 ("POST", "/messages"): messages_routes.fast_send,
                 ("GET", "/messages"): messages_routes.fast_read_log,
+                ("GET", streams_routes.PATH): streams_routes.fast_follow_log,
             },
         )
         self.public_app = self._app(
@@ -146,6 +147,7 @@ class Gateway:
                 ("POST", "/messages"): messages_routes.fast_receive,
                 ("GET", "/messages"): messages_routes.fast_read_own_log,
                 ("GET", "/decisions"): decisions_routes.fast_read_public,
+                ("GET", streams_routes.PATH): streams_routes.fast_follow_own_log,
             },
         )
         # The ops listener (ops.listen): health, readiness, metrics, read at scrape time from here.

@@ -32,8 +32,9 @@ from agent_gateway.http import errors as http_errors
 # (status, JSON body) of an answer.
 Answer = tuple[int, bytes]
 # A route's fast handler: the request's scope and its JSON object (POST) or query
-# parameters (GET); None hands the request to the route.
-Handler = Callable[[Scope, dict[str, Any]], Awaitable["Answer | None"]]
+# parameters (GET); None hands the request to the route. A handler may also answer
+# with a response to run (a Message stream: FastAPI's layers would live as long as it).
+Handler = Callable[[Scope, dict[str, Any]], Awaitable["Answer | ASGIApp | None"]]
 
 
 class FastPath:
@@ -79,6 +80,9 @@ class FastPath:
                 return
         if answer is None:
             await self.app(scope, _replay(body, receive) if scope["method"] == "POST" else receive, send)
+            return
+        if not isinstance(answer, tuple):
+            await answer(scope, receive, send)
             return
         status, content = answer
         headers = [(b"content-length", str(len(content)).encode()), (b"content-type", b"application/json")]
