@@ -52,7 +52,7 @@ class Follower(Protocol):
     """An open stream, as the Hub's tick sees it."""
 
     def tick(self, now: float, quiet_since: float) -> None:
-        """Nudge the stream if it wrote nothing since ``quiet_since`` or a check is due (loop times)."""
+        """Nudge the stream if it wrote nothing since ``quiet_since`` or a check is due by the next tick (loop times)."""
 
 
 class Hub:

@@ -91,11 +91,11 @@ class MessageStream(Response):
         self.background = None
 
     def tick(self, now: float, quiet_since: float) -> None:
-        """The Hub's tick: a keep-alive or a check is due (see ``streams.hub``)."""
+        """The Hub's tick: a keep-alive or a check is due before the next tick (see ``streams.hub``)."""
         if self.written_at <= quiet_since:
             self.keep_alive_due = True
             self.subscription.nudge()
-        if self.still_allowed is not None and now >= self.check_at:
+        if self.still_allowed is not None and self.check_at <= now + self.hub.tick_s:
             self.check_at = now + self.hub.settings.stream_auth_check_ms / 1000
             self.check_due = True
             self.subscription.nudge()
@@ -105,11 +105,11 @@ class MessageStream(Response):
         self.subscription.wake()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        # The connection tells the stream when it goes (no task waiting on receive()).
-        scope[ON_LOST](self._lost)
         write = _Writer(scope, send, self.hub.settings.stream_stall_ms / 1000)
         loop = asyncio.get_running_loop()
         try:
+            # The connection tells the stream when it goes (no task waiting on receive()).
+            scope[ON_LOST](self._lost)
             last = self.after
             if last is None:
                 last = await _newest_seq(self.hub, self.user_id)
