@@ -151,12 +151,6 @@ async def _in_process(databases: dict[str, tuple[str, Path]], requests: int, blo
         return best
 
 
-def cpu_s(pid: int) -> float:
-    """User and system CPU seconds a process has used."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--backend", choices=["sqlite", "postgresql"], default="sqlite")
@@ -181,9 +175,9 @@ def main() -> None:
             for route in ROUTES:
                 for mode in order:
                     url, lua = clients[mode][route]
-                    before = cpu_s(pids[mode])
+                    before = harness.cpu_s(pids[mode])
                     result = harness.wrk(url, lua, duration_s=args.duration)
-                    per_request = (cpu_s(pids[mode]) - before) / result.requests * 1e6
+                    per_request = (harness.cpu_s(pids[mode]) - before) / result.requests * 1e6
                     print(
                         result.line(f"round {number + 1}, metrics {mode:<3} {route}") + f"   {per_request:5.0f} us CPU/req",
                         flush=True,

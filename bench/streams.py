@@ -119,9 +119,14 @@ async def hold_idle_streams(served: ServedGateway, admitted: list[tuple[str, str
     return tasks
 
 
-def users_me(served: ServedGateway, token: str, duration: int) -> harness.WrkResult:
+def users_me(served: ServedGateway, token: str, duration: int, label: str) -> str:
+    """wrk on ``GET /users/me``, with the server's CPU per request: the machine's other load
+    moves that far less than the requests per second (see ``bench.metrics``)."""
     lua = harness.lua_request("GET", None, {"Authorization": f"Bearer {token}"})
-    return harness.wrk(f"{served.public_url}/users/me", lua, duration_s=duration)
+    before = harness.cpu_s(served.process.pid)
+    result = harness.wrk(f"{served.public_url}/users/me", lua, duration_s=duration)
+    per_request = (harness.cpu_s(served.process.pid) - before) / result.requests * 1e6
+    return result.line(label) + f"   {per_request:4.0f} us CPU/req"
 
 
 def measure_scale(backend: str, count: int, duration: int) -> None:
@@ -136,14 +141,14 @@ async def _measure_scale(served: ServedGateway, count: int, duration: int) -> No
     (probe_id, probe_token), idle = admitted[0], admitted[1:]
     # Warm up the process (first requests, pools) before the baseline.
     await deliveries(served, probe_id, probe_token, 50)
-    print((await asyncio.to_thread(users_me, served, probe_token, duration)).line("GET /users/me, no stream open"))
+    print(await asyncio.to_thread(users_me, served, probe_token, duration, "GET /users/me, no stream open"))
     before = harness.rss_mb(served.process.pid)
     tasks = await hold_idle_streams(served, idle)
     await asyncio.sleep(2)
     added_kb = (harness.rss_mb(served.process.pid) - before) * 1024 / count
     print(f"{count:,} idle streams open: {added_kb:.1f} KB of resident memory added per stream")
     print(f"{'delivery to one User beside them':<44} {cuts(await deliveries(served, probe_id, probe_token, SCALE_DELIVERIES))}")
-    print((await asyncio.to_thread(users_me, served, probe_token, duration)).line(f"GET /users/me, {count:,} streams open"))
+    print(await asyncio.to_thread(users_me, served, probe_token, duration, f"GET /users/me, {count:,} streams open"))
     for task in tasks:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)

@@ -124,6 +124,7 @@ class Gateway:
                 ("GET", "/messages"): messages_routes.fast_read_log,
                 ("GET", "/decisions/{seq}/proof"): transparency_routes.fast_proof_agent,
                 ("GET", "/checkpoint/consistency"): transparency_routes.fast_consistency_agent,
+                ("GET", streams_routes.PATH): streams_routes.fast_follow_log,
             },
         )
         self.public_app = self._app(
@@ -150,6 +151,7 @@ class Gateway:
                 ("GET", "/decisions"): decisions_routes.fast_read_public,
                 ("GET", "/decisions/{seq}/proof"): transparency_routes.fast_proof_public,
                 ("GET", "/checkpoint/consistency"): transparency_routes.fast_consistency_public,
+                ("GET", streams_routes.PATH): streams_routes.fast_follow_own_log,
             },
         )
         # The ops listener (ops.listen): health, readiness, metrics, read at scrape time from here.

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
+
 from agent_gateway import config
 from agent_gateway.messages import service as messages
 from agent_gateway.store.engine import Store
@@ -67,3 +69,32 @@ async def test_closing_the_hub_wakes_every_stream(settings: config.Settings, dat
         assert await subscription.wait(CEILING_S)
     finally:
         await store.close()
+
+
+@pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
+async def test_a_process_is_not_woken_twice_by_its_own_notify(database_url: str) -> None:
+    # Woken at commit already, the writer's subscribers would read a second time.
+    reader, writer = Store(database_url), Store(database_url)
+    try:
+        reader.listen()
+        async with writer.transaction() as conn:
+            user = await users.admit(conn)
+            other = await users.admit(conn)
+        own = reader.subscribe(messages.channel(user.id))
+        theirs = reader.subscribe(messages.channel(other.id))
+        async with writer.transaction() as conn:
+            await messages.send(conn, other.id, "listening?")
+        # Woken, so the listener listens (it wakes every channel once as it connects).
+        assert await theirs.wait(CEILING_S)
+        await own.wait(0)
+        async with reader.transaction() as conn:
+            await messages.send(conn, user.id, "mine")
+        assert await own.wait(0)  # at commit
+        async with writer.transaction() as conn:
+            await messages.send(conn, other.id, "theirs")
+        # NOTIFYs arrive in commit order: once the writer's has, the reader's own would have.
+        assert await theirs.wait(CEILING_S)
+        assert not await own.wait(0)
+    finally:
+        await reader.close()
+        await writer.close()

@@ -12,18 +12,18 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import httpx
 import orjson
 import typer
-from prompt_toolkit import PromptSession
-from prompt_toolkit.application import get_app
-from prompt_toolkit.filters import Condition
-from prompt_toolkit.key_binding import KeyBindings, KeyPressEvent
-from prompt_toolkit.patch_stdout import patch_stdout
 
 from agent_gateway.cli.common import fail
+
+# prompt_toolkit is imported where the chat uses it: every other command would pay
+# for loading it (this module is imported to register the command).
+if TYPE_CHECKING:
+    from prompt_toolkit.key_binding import KeyBindings
 
 RECENT = 20
 RECONNECT_DELAYS_S = (0.5, 1.0, 2.0, 5.0)
@@ -119,6 +119,10 @@ class Chat:
 def leaving_keys() -> KeyBindings:
     """Ctrl-C, and Ctrl-D on an empty line, answer /quit: the chat leaves through one door
     (an exception out of the editor's task would escape the event loop before the logout)."""
+    from prompt_toolkit.application import get_app
+    from prompt_toolkit.filters import Condition
+    from prompt_toolkit.key_binding import KeyBindings, KeyPressEvent
+
     keys = KeyBindings()
 
     @keys.add("c-c")
@@ -134,6 +138,9 @@ def leaving_keys() -> KeyBindings:
 
 async def converse(chat: Chat) -> None:
     """The editor loop beside the stream, until /quit, Ctrl-C, Ctrl-D or the end of the Token."""
+    from prompt_toolkit import PromptSession
+    from prompt_toolkit.patch_stdout import patch_stdout
+
     session: PromptSession[str] = PromptSession(key_bindings=leaving_keys())
     follower = asyncio.create_task(chat.follow())
     try:
@@ -176,12 +183,19 @@ async def run(url: str, user: str, password: str) -> None:
             await chat.log_out()
 
 
+def ask(prompt: str, *, is_password: bool = False) -> str:
+    """One line typed at the terminal."""
+    from prompt_toolkit import PromptSession
+
+    return PromptSession().prompt(prompt, is_password=is_password)
+
+
 def read_password(from_stdin: bool) -> str:
     if from_stdin:
         return sys.stdin.readline().removesuffix("\n").removesuffix("\r")
     if not sys.stdin.isatty():
         raise fail("stdin is not a terminal: pass --password-stdin to read the password from it")
-    return PromptSession().prompt("Password: ", is_password=True)
+    return ask("Password: ", is_password=True)
 
 
 def chat(
@@ -195,7 +209,7 @@ def chat(
     if user is None:
         if not sys.stdin.isatty():
             raise fail("pass --user ID when stdin is not a terminal")
-        user = PromptSession().prompt("User id: ").strip()
+        user = ask("User id: ").strip()
     password = read_password(password_stdin)
     try:
         asyncio.run(run(url, user, password))

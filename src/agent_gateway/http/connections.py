@@ -29,7 +29,7 @@ import dataclasses
 import functools
 import logging
 import resource
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from http import HTTPStatus
 from typing import Any
 
@@ -115,6 +115,10 @@ def error_bytes(status: int, message: str) -> bytes:
 
 # The scope key holding the connection's transport.
 TRANSPORT = "agent_gateway.transport"
+# The scope key holding a function that takes a callable to run once the connection
+# goes: a long response (a Message stream) learns of it without a task of its own
+# waiting on receive().
+ON_LOST = "agent_gateway.on_lost"
 
 
 class Protocol(HttpToolsProtocol):
@@ -127,6 +131,7 @@ class Protocol(HttpToolsProtocol):
         # headers are complete and its body or response is under way.
         self.header_bytes: int | None = 0
         self.waiting_since = 0.0
+        self.lost_callback: Callable[[], None] | None = None
 
     @classmethod
     def factory(cls, limits: Limits) -> Any:
@@ -164,6 +169,7 @@ class Protocol(HttpToolsProtocol):
         self.header_bytes = None
         # A long response (a Message stream) aborts its connection when the reader stalls.
         self.scope[TRANSPORT] = self.transport
+        self.scope[ON_LOST] = self.when_lost
         problem = self._problem()
         if problem is None:
             super().on_headers_complete()
@@ -176,6 +182,16 @@ class Protocol(HttpToolsProtocol):
         finally:
             self.app = app
         self.cycle.keep_alive = False
+
+    def when_lost(self, callback: Callable[[], None]) -> None:
+        """Run ``callback`` once the connection goes (see ``ON_LOST``)."""
+        self.lost_callback = callback
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
+        callback, self.lost_callback = self.lost_callback, None
+        if callback is not None:
+            callback()
 
     def on_message_complete(self) -> None:
         super().on_message_complete()
@@ -219,7 +235,8 @@ class Protocol(HttpToolsProtocol):
 
 def sweep(connections: Iterable[Any], now: float) -> None:
     for connection in list(connections):
-        if isinstance(connection, Protocol):
+        # header_bytes None: a request under way (thousands of open Message streams) is not due.
+        if isinstance(connection, Protocol) and connection.header_bytes is not None:
             connection.expire(now)
 
 

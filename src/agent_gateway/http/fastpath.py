@@ -40,8 +40,9 @@ from agent_gateway.http import errors as http_errors
 # (status, JSON body) of an answer.
 Answer = tuple[int, bytes]
 # A route's fast handler: the request's scope and its JSON object (POST) or query
-# parameters (GET); None hands the request to the route.
-Handler = Callable[[Scope, dict[str, Any]], Awaitable["Answer | None"]]
+# parameters (GET); None hands the request to the route. A handler may also answer
+# with a response to run (a Message stream: FastAPI's layers would live as long as it).
+Handler = Callable[[Scope, dict[str, Any]], Awaitable["Answer | ASGIApp | None"]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,6 +139,9 @@ class FastPath:
             return
         if template is not None:
             scope["route"] = template
+        if not isinstance(answer, tuple):
+            await answer(scope, receive, send)
+            return
         status, content = answer
         headers = [(b"content-length", str(len(content)).encode()), (b"content-type", b"application/json")]
         await send({"type": "http.response.start", "status": status, "headers": headers})

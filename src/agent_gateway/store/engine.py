@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import functools
 import re
+import secrets
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
@@ -110,6 +111,8 @@ class Store:
         else:
             self._reader = self.engine.execution_options(write=False)
         self.notifier = notifications.Notifier()
+        # Names this Store in its NOTIFY payloads (notifications.pg_payload).
+        self.origin = secrets.token_hex(8)
         self._sqlite_writer = asyncio.Lock() if self.dialect == "sqlite" else None
         self._listener: notifications.PostgresListener | notifications.SqliteListener | None = None
         self._sender: notifications.SqliteSender | None = None
@@ -143,7 +146,7 @@ class Store:
         if self._listener is not None:
             return
         if self.dialect == "postgresql":
-            self._listener = notifications.PostgresListener(libpq_dsn(self.url), self.notifier)
+            self._listener = notifications.PostgresListener(libpq_dsn(self.url), self.notifier, self.origin)
         elif self._sender is not None:
             self._listener = notifications.SqliteListener(self._sender.address, self.notifier)
         else:
@@ -207,7 +210,7 @@ class Store:
             async with conn.begin():
                 yield conn
                 if self.dialect == "postgresql":
-                    channels = sorted(conn.info.pop(_CHANNELS, ()))
+                    channels = [notifications.pg_payload(self.origin, c) for c in sorted(conn.info.pop(_CHANNELS, ()))]
                     if len(channels) == 1:
                         await conn.execute(_PG_NOTIFY, {"channel": notifications.PG_CHANNEL, "payload": channels[0]})
                     elif channels:

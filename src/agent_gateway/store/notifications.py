@@ -2,10 +2,13 @@
 
 A writer calls ``engine.notify(conn, channel)`` inside its transaction; once
 the transaction commits, every :class:`Subscription` on that channel wakes.
-On PostgreSQL the transaction also sends ``NOTIFY agent_gateway, '<channel>'``
-(delivered only if it commits), and every gateway process listens on a
-dedicated connection, so a Signal emitted or a Schedule written by any process
-wakes the worker and schedulers of all of them. Wake-ups only accelerate: each
+On PostgreSQL the transaction also sends ``NOTIFY agent_gateway, '<origin>
+<channel>'`` (delivered only if it commits), and every gateway process listens
+on a dedicated connection, so a Signal emitted or a Schedule written by any
+process wakes the worker and schedulers of all of them. The origin names the
+sending :class:`~agent_gateway.store.engine.Store`, whose listener skips its
+own: those subscribers were woken at commit already, and a second wake-up
+would cost each of them a second read (a Message stream, one per Message). Wake-ups only accelerate: each
 loop also sweeps on a timer, and a listener that reconnects wakes every
 channel once, so a notification lost while the database restarted costs at
 most one sweep.
@@ -19,6 +22,7 @@ loops listens.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 import os
@@ -37,29 +41,35 @@ LIVENESS_CHECK_S = 2.0
 class Subscription:
     """A waiter on one channel: ``await wait(timeout)`` returns early when woken."""
 
+    __slots__ = ("_event", "_woken")
+
     def __init__(self) -> None:
         self._event = asyncio.Event()
+        self._woken = False
 
     def wake(self) -> None:
+        self._woken = True
+        self._event.set()
+
+    def nudge(self) -> None:
+        """End the current wait as a timeout would: the waiter has something else to do."""
         self._event.set()
 
     async def wait(self, timeout: float | None) -> bool:
-        """Wait until woken or ``timeout`` seconds; True when woken. Clears the wake-up."""
-        if self._event.is_set():
-            # A zero timeout would expire before the wait looks, report a timeout
-            # and then clear the wake-up: a poll must never lose one.
-            self._event.clear()
-            return True
-        try:
-            # asyncio.timeout, not wait_for: no task per wait (5,000 idle Message
-            # streams each wait here).
-            async with asyncio.timeout(timeout):
+        """Wait until woken, nudged or ``timeout`` seconds (None: no limit); True when woken. Clears the wake-up."""
+        # A zero timeout would expire before the wait looks, report a timeout and
+        # then clear the wake-up: a poll must never lose one.
+        if not self._event.is_set():
+            if timeout is None:
                 await self._event.wait()
-            return True
-        except TimeoutError:
-            return self._event.is_set()  # woken as the timeout expired
-        finally:
-            self._event.clear()
+            else:
+                # asyncio.timeout, not wait_for: no task per wait.
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(timeout):
+                        await self._event.wait()
+        woken, self._woken = self._woken, False
+        self._event.clear()
+        return woken
 
 
 class Notifier:
@@ -85,12 +95,18 @@ class Notifier:
             self.publish(channel)
 
 
+def pg_payload(origin: str, channel: str) -> str:
+    """The NOTIFY payload that wakes ``channel`` in every process but ``origin``'s."""
+    return f"{origin} {channel}"
+
+
 class PostgresListener:
     """LISTEN on a dedicated connection, reconnecting with back-off until stopped."""
 
-    def __init__(self, dsn: str, notifier: Notifier) -> None:
+    def __init__(self, dsn: str, notifier: Notifier, origin: str) -> None:
         self.dsn = dsn
         self.notifier = notifier
+        self.origin = origin
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -103,7 +119,9 @@ class PostgresListener:
             self._task = None
 
     def _on_notification(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
-        self.notifier.publish(payload)
+        origin, _, channel = payload.partition(" ")
+        if origin != self.origin:
+            self.notifier.publish(channel)
 
     async def _run(self) -> None:
         failures = 0

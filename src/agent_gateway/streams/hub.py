@@ -11,6 +11,12 @@ log table itself: every ``streams.poll_ms`` while it holds a stream, it reads
 the largest ``rowid`` of ``messages`` (the end of one B-tree, a page read) and,
 when it grew, which Users the new rows belong to, and wakes their streams.
 Rows are never deleted, so the rowid only grows.
+
+Nothing runs per stream while it waits: one tick of the Hub, every
+``TICKS_PER_KEEP_ALIVE``-th of ``streams.keep_alive_ms`` (at most a second, so
+that each tick wakes only a few hundred of 5,000 streams), nudges the streams
+whose keep-alive or re-authentication is due (:meth:`Follower.tick`), instead of
+a timer per stream.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
+from typing import Protocol
 
 import sqlalchemy as sa
 
@@ -37,6 +44,16 @@ _WRITTEN_SINCE = direct.Query(
     sa.select(messages_table.c.user_id).distinct().where(_ROWID > sa.bindparam("rowid", type_=sa.Integer))
 )
 
+TICKS_PER_KEEP_ALIVE = 4
+MAX_TICK_S = 1.0
+
+
+class Follower(Protocol):
+    """An open stream, as the Hub's tick sees it."""
+
+    def tick(self, now: float, quiet_since: float) -> None:
+        """Nudge the stream if it wrote nothing since ``quiet_since`` or a check is due by the next tick (loop times)."""
+
 
 class Hub:
     """Subscriptions of this process's streams, and the signal that ends them all."""
@@ -54,6 +71,12 @@ class Hub:
         self._digests: dict[Subscription, str] = {}
         self._token_ended: set[Subscription] = set()
         self._checker: asyncio.Task[None] | None = None
+        keep_alive_s = settings.stream_keep_alive_ms / 1000
+        self.tick_s = min(keep_alive_s / TICKS_PER_KEEP_ALIVE, MAX_TICK_S)
+        # A stream quiet this long gets its keep-alive at this tick: the next would be late.
+        self._quiet_s = keep_alive_s - self.tick_s
+        self._followers: set[Follower] = set()
+        self._ticker: asyncio.Task[None] | None = None
 
     @property
     def polls(self) -> bool:
@@ -66,6 +89,8 @@ class Hub:
             self._poller = asyncio.create_task(self._poll(), name="message stream poller")
         if self._checker is None:
             self._checker = asyncio.create_task(self._check_tokens(), name="message stream Token check")
+        if self._ticker is None:
+            self._ticker = asyncio.create_task(self._tick(), name="message stream tick")
 
     def subscribe(self, user_id: str, token_digest: str | None = None) -> Subscription:
         """A wake-up for every commit to ``user_id``'s log from now on; release with :meth:`unsubscribe`.
@@ -79,6 +104,13 @@ class Hub:
         if token_digest is not None:
             self._digests[subscription] = token_digest
         return subscription
+
+    def follow(self, follower: Follower) -> None:
+        """Tick ``follower`` until :meth:`unfollow`."""
+        self._followers.add(follower)
+
+    def unfollow(self, follower: Follower) -> None:
+        self._followers.discard(follower)
 
     def token_ended(self, subscription: Subscription) -> bool:
         return subscription in self._token_ended
@@ -100,11 +132,20 @@ class Hub:
         self.closed = True
         for subscription in list(self._subscriptions):
             subscription.wake()
-        for task in (self._poller, self._checker):
+        for task in (self._poller, self._checker, self._ticker):
             if task is not None:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
-        self._poller = self._checker = None
+        self._poller = self._checker = self._ticker = None
+
+    async def _tick(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(self.tick_s)
+            now = loop.time()
+            quiet_since = now - self._quiet_s
+            for follower in self._followers:
+                follower.tick(now, quiet_since)
 
     async def _check_tokens(self) -> None:
         interval = self.settings.stream_auth_check_ms / 1000

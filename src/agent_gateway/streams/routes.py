@@ -4,6 +4,11 @@ Where it starts: ``Last-Event-ID`` (what an EventSource sends when it
 reconnects, to the same URL) wins over ``after``; with neither, the stream
 holds only Messages committed after it opened. Every refusal comes before the
 stream starts, as the spec's JSON error body.
+
+The plainest requests are taken on the fast path (``http.fastpath``): behind
+the FastAPI route, a stream would keep its request's layers (middleware,
+dependencies, exit stacks: some thirty coroutines) alive as long as it lasts,
+and thousands of streams are open at once.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import Depends, Header, Query, Request
+from starlette.types import Scope
 
 from agent_gateway import errors
 from agent_gateway.auth import schemes
@@ -68,11 +74,23 @@ async def follow_log(
     after: AfterQuery = None,
     last_event_id: LastEventId = None,
 ) -> Any:
+    return _any_log(request, user, after, last_event_id)
+
+
+def _any_log(request: Request, user: str | None, after: str | None, last_event_id: str | None) -> MessageStream:
     if user is None:
         raise errors.InvalidInput("user is required")
     user_id = params.uuid("user", user)
     assert user_id is not None
     return _open(request, user_id, _start(after, last_event_id))
+
+
+async def fast_follow_log(scope: Scope, query: dict[str, str]) -> MessageStream | None:
+    """The Agent server's stream on the fast path (module doc)."""
+    if query.keys() - {"user", "after"}:
+        return None
+    request = Request(scope)
+    return _any_log(request, query.get("user"), query.get("after"), request.headers.get("last-event-id"))
 
 
 public = new_router()
@@ -87,7 +105,19 @@ Caller = Annotated[schemes.Authenticated, Depends(schemes.authenticated)]
     summary="Follow your Message log as Server-Sent Events (ends when your Token does)",
 )
 async def follow_own_log(request: Request, caller: Caller, after: AfterQuery = None, last_event_id: LastEventId = None) -> Any:
-    start = _start(after, last_event_id)
+    return _own_log(request, caller, _start(after, last_event_id))
+
+
+async def fast_follow_own_log(scope: Scope, query: dict[str, str]) -> MessageStream | None:
+    """The Public server's stream on the fast path (module doc)."""
+    if query.keys() - {"after"}:
+        return None
+    request = Request(scope)
+    caller = await schemes.authenticated(request)
+    return _own_log(request, caller, _start(query.get("after"), request.headers.get("last-event-id")))
+
+
+def _own_log(request: Request, caller: schemes.Authenticated, start: int | None) -> MessageStream:
     if caller.token_digest is not None:
         return _open(request, caller.user.id, start, token_digest=caller.token_digest)
 

@@ -16,11 +16,17 @@ resumes with ``Last-Event-ID``. It reads only when woken: a listener that
 reconnects to PostgreSQL wakes every channel once (``store.notifications``), and
 on SQLite the Hub's poll covers the other processes, so no notification is lost
 for good, and 5,000 idle streams cost no reads.
+
+While it waits it holds no task and no timer of its own (thousands wait in
+one process): the connection wakes it when the reader goes
+(``http.connections.ON_LOST``, instead of a task waiting on ``receive()``),
+and the Hub's tick nudges it when a keep-alive or a check is due.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -29,7 +35,7 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from agent_gateway import jsontext
-from agent_gateway.http.connections import TRANSPORT
+from agent_gateway.http.connections import ON_LOST, TRANSPORT
 from agent_gateway.messages import service as messages
 from agent_gateway.store.window import MAX_LIMIT, Window
 from agent_gateway.streams.hub import Hub
@@ -72,74 +78,87 @@ class MessageStream(Response):
         self.user_id = user_id
         self.after = after
         # A password-scheme Token is checked by the Hub for all streams at once; another
-        # scheme's caller is asked again by this stream (still_allowed).
+        # scheme's caller is asked again by this stream (still_allowed), when the Hub's
+        # tick says it is time (check_due).
         self.still_allowed = still_allowed
         # Subscribed at once, before the route returns: with no cursor, the stream holds
         # every Message committed from this moment on.
         self.subscription = hub.subscribe(user_id, token_digest)
         self.disconnected = False
+        self.written_at = self.check_at = 0.0
+        self.keep_alive_due = self.check_due = False
         self.status_code = 200
         self.background = None
 
+    def tick(self, now: float, quiet_since: float) -> None:
+        """The Hub's tick: a keep-alive or a check is due before the next tick (see ``streams.hub``)."""
+        if self.written_at <= quiet_since:
+            self.keep_alive_due = True
+            self.subscription.nudge()
+        if self.still_allowed is not None and self.check_at <= now + self.hub.tick_s:
+            self.check_at = now + self.hub.settings.stream_auth_check_ms / 1000
+            self.check_due = True
+            self.subscription.nudge()
+
+    def _lost(self) -> None:
+        self.disconnected = True
+        self.subscription.wake()
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        watcher = asyncio.create_task(self._watch(receive))
         write = _Writer(scope, send, self.hub.settings.stream_stall_ms / 1000)
+        loop = asyncio.get_running_loop()
         try:
+            # The connection tells the stream when it goes (no task waiting on receive()).
+            scope[ON_LOST](self._lost)
             last = self.after
             if last is None:
                 last = await _newest_seq(self.hub, self.user_id)
             await write.start()
+            self.written_at = loop.time()
+            self.check_at = self.written_at + self.hub.settings.stream_auth_check_ms / 1000
+            self.hub.follow(self)
             if await self._run(write, last) and not self.disconnected:
                 await write.end()
         except Exception as exc:  # the database away, say: the client reconnects with Last-Event-ID
             logger.warning("a Message stream ended early (%s)", type(exc).__name__, extra={"action": "stream_failed"})
             write.abort()
         finally:
+            self.hub.unfollow(self)
             if write.aborted:
                 # Returned once the server has seen the connection go, so that it takes
                 # the unfinished response for a disconnection, not for an error.
-                await asyncio.wait([watcher], timeout=5)
-            watcher.cancel()
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(5):
+                        while not self.disconnected:
+                            await self.subscription.wait(None)
             self.hub.unsubscribe(self.subscription)
-
-    async def _watch(self, receive: Receive) -> None:
-        while (await receive())["type"] != "http.disconnect":
-            pass
-        self.disconnected = True
-        self.subscription.wake()
 
     async def _run(self, write: _Writer, last: int) -> bool:
         """Send until the reader leaves, the caller's Token ends or the server stops; False when the reader stalled."""
-        settings = self.hub.settings
-        loop = asyncio.get_running_loop()
-        keep_alive_s = settings.stream_keep_alive_ms / 1000
-        check_s = settings.stream_auth_check_ms / 1000
-        next_keep_alive = loop.time() + keep_alive_s
-        next_check = loop.time() + check_s
         read = True  # the backlog first
         while not (self.disconnected or self.hub.closed or self.hub.token_ended(self.subscription)):
             if read:
                 page = await messages.read(self.hub.store, self.user_id, Window(after=last, limit=MAX_LIMIT))
                 if page:
-                    if not await write.body(b"".join(event(message) for message in page)):
+                    if not await self._write(write, b"".join(event(message) for message in page)):
                         return False
                     last = page[-1].seq
-                    next_keep_alive = loop.time() + keep_alive_s
                     if len(page) == MAX_LIMIT:
                         continue  # more waiting: read on before sleeping
-            now = loop.time()
-            if self.still_allowed is not None and now >= next_check:
-                next_check = now + check_s
-                if not await self.still_allowed():
+            if self.check_due:
+                self.check_due = False
+                if self.still_allowed is not None and not await self.still_allowed():
                     break
-                continue
-            if now >= next_keep_alive:
-                if not await write.body(KEEP_ALIVE):
+            if self.keep_alive_due:
+                self.keep_alive_due = False
+                if not await self._write(write, KEEP_ALIVE):
                     return False
-                next_keep_alive = loop.time() + keep_alive_s
-            wake_at = next_keep_alive if self.still_allowed is None else min(next_keep_alive, next_check)
-            read = await self.subscription.wait(max(0.0, wake_at - loop.time()))
+            read = await self.subscription.wait(None)
         return True
+
+    async def _write(self, write: _Writer, data: bytes) -> bool:
+        self.written_at = asyncio.get_running_loop().time()
+        return await write.body(data)
 
 
 async def _newest_seq(hub: Hub, user_id: str) -> int:
@@ -165,9 +184,11 @@ class _Writer:
         """Write ``data``; False when the reader stalled and was disconnected."""
         message: Any = {"type": "http.response.body", "body": data, "more_body": more}
         try:
-            await asyncio.wait_for(self._send(message), self.stall_s)
+            # asyncio.timeout, not wait_for: no task per write.
+            async with asyncio.timeout(self.stall_s):
+                await self._send(message)
             return True
-        except asyncio.TimeoutError:
+        except TimeoutError:
             logger.info("a Message stream's reader fell behind; disconnected", extra={"action": "stream_stalled"})
             self.abort()
             return False
