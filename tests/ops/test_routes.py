@@ -13,7 +13,7 @@ from agent_gateway import config
 from agent_gateway.gateway import Gateway
 from agent_gateway.signals import service as signals
 from agent_gateway.users import service as users
-from tests.ops.conftest import drop, samples, scrape, value
+from tests.ops.conftest import drop, readyz, samples, scrape, until_ready, value
 from tests.served import free_port
 
 
@@ -23,8 +23,8 @@ async def test_healthz(ops: httpx.AsyncClient) -> None:
 
 
 async def test_ready_when_the_database_answers_and_every_loop_runs(ops: httpx.AsyncClient) -> None:
-    response = await ops.get("/readyz")
-    assert response.status_code == 200
+    response = await until_ready(ops)
+    assert response.status_code == 200, response.text
     assert response.json() == {"status": "ready", "checks": {"database": "ok", "worker": "ok", "scheduler": "ok"}}
 
 
@@ -41,7 +41,7 @@ async def test_not_ready_when_the_signal_worker_stopped(gateway: Gateway, ops: h
     assert gateway.worker is not None and gateway._worker_task is not None
     gateway.worker.stop()
     await gateway._worker_task
-    response = await ops.get("/readyz")
+    response = await readyz(ops)
     assert response.status_code == 503
     body = response.json()
     assert body["status"] == "not ready"
@@ -51,7 +51,7 @@ async def test_not_ready_when_the_signal_worker_stopped(gateway: Gateway, ops: h
 async def test_not_ready_when_the_schema_is_not_current(gateway: Gateway, ops: httpx.AsyncClient) -> None:
     async with gateway.store.transaction() as conn:
         await conn.execute(sa.text("DROP TABLE alembic_version"))
-    response = await ops.get("/readyz")
+    response = await readyz(ops)
     assert response.status_code == 503
     assert response.json()["checks"]["database"].startswith("the database schema is not current (none)")
 
@@ -68,7 +68,7 @@ async def test_not_ready_when_the_database_does_not_answer(settings: config.Sett
     try:
         assert gateway.ops_app is not None
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=gateway.ops_app), base_url="http://ops") as ops:
-            response = await ops.get("/readyz")
+            response = await readyz(ops)
             assert response.status_code == 503
             assert response.json() == {"status": "not ready", "checks": {"database": response.json()["checks"]["database"]}}
             assert response.json()["checks"]["database"].startswith("unavailable: ")
@@ -85,9 +85,10 @@ async def test_not_ready_when_the_postgresql_database_is_dropped(settings: confi
     try:
         assert gateway.ops_app is not None
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=gateway.ops_app), base_url="http://ops") as ops:
-            assert (await ops.get("/readyz")).status_code == 200
+            ready = await until_ready(ops)
+            assert ready.status_code == 200, ready.text
             await drop(postgresql_url)
-            response = await ops.get("/readyz")
+            response = await readyz(ops)
             assert response.status_code == 503 and response.json()["checks"]["database"].startswith("unavailable: ")
     finally:
         await gateway.stop()
@@ -195,7 +196,7 @@ async def test_readiness_checks_the_loops_of_the_process_roles(
     try:
         assert gateway.ops_app is not None
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=gateway.ops_app), base_url="http://ops") as ops:
-            response = await ops.get("/readyz")
+            response = await until_ready(ops)
             assert response.status_code == 200
             assert response.json()["checks"] == dict.fromkeys(checks, "ok")
             text = await scrape(ops)
@@ -205,7 +206,7 @@ async def test_readiness_checks_the_loops_of_the_process_roles(
             assert gateway.schedule_timer is not None
             await gateway.schedule_timer.stop()
             async with httpx.AsyncClient(transport=httpx.ASGITransport(app=gateway.ops_app), base_url="http://ops") as ops:
-                response = await ops.get("/readyz")
+                response = await readyz(ops)
                 assert response.status_code == 503
                 assert response.json()["checks"]["scheduler"] == "the Scheduler loop is not running"
     finally:

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from tests import served
-from tests.ops.conftest import drop, value
+from tests.ops.conftest import drop, readyz, until_ready, value
 
 pytestmark = pytest.mark.e2e
 
@@ -64,7 +64,7 @@ async def test_logs_hold_no_secret_and_metrics_follow_the_work(tmp_path: Path, d
             httpx.AsyncClient(base_url=gateway.ops_url, timeout=120) as ops,
         ):
             assert (await ops.get("/healthz")).json() == {"status": "ok"}
-            ready = await ops.get("/readyz")
+            ready = await until_ready(ops)
             assert ready.status_code == 200, ready.text
             before = (await ops.get("/metrics")).text
 
@@ -115,7 +115,7 @@ async def test_logs_hold_no_secret_and_metrics_follow_the_work(tmp_path: Path, d
 def test_access_log_off_by_default_in_text(tmp_path: Path, sqlite_url: str) -> None:
     with served.ServedGateway.start(tmp_path / "deployment", sqlite_url) as gateway:
         assert httpx.get(f"{gateway.agent_url}/users", timeout=120).status_code == 200
-        assert httpx.get(f"{gateway.ops_url}/readyz", timeout=120).status_code == 200
+        assert httpx.get(f"{gateway.ops_url}/healthz", timeout=120).status_code == 200
         assert gateway.stop() == 0
     assert "agent_gateway.access" not in gateway.output()
     assert "ops listener (/healthz, /readyz, /metrics) on http://" in gateway.output()
@@ -140,9 +140,10 @@ def test_several_http_processes_share_their_counts(tmp_path: Path, database_url:
 async def test_readiness_fails_when_the_postgresql_database_is_dropped(tmp_path: Path, postgresql_url: str) -> None:
     with served.ServedGateway.start(tmp_path / "deployment", postgresql_url) as gateway:
         async with httpx.AsyncClient(base_url=gateway.ops_url, timeout=120) as ops:
-            assert (await ops.get("/readyz")).status_code == 200
+            ready = await until_ready(ops)
+            assert ready.status_code == 200, ready.text
             await drop(postgresql_url)
-            response = await ops.get("/readyz")
+            response = await readyz(ops)
             assert response.status_code == 503
             assert response.json()["status"] == "not ready"
             assert response.json()["checks"]["database"].startswith("unavailable: ")
