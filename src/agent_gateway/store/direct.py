@@ -9,16 +9,19 @@ SQLAlchemy compiles each statement once per dialect, and the driver runs it.
 Rows come back as the driver gives them (tuples, or asyncpg Records), with
 no type processing: callers decode JSON columns themselves.
 
-:func:`run` does the same for a statement inside the caller's transaction on
-SQLite, whose BEGIN was sent on the very driver connection (see
-``store.engine``); on PostgreSQL it goes through SQLAlchemy, whose asyncpg
-adapter begins transactions itself.
+:func:`run` does the same for a statement inside the caller's transaction. On
+SQLite the BEGIN was sent on the very driver connection (see ``store.engine``);
+on PostgreSQL SQLAlchemy's asyncpg adapter begins its transaction with the first
+statement, so :func:`run` asks it to when this statement is the first, under the
+adapter's own lock, and then runs the statement on the adapter's asyncpg
+connection: the same transaction, a third of the client's time per statement.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+import contextlib
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 import asyncpg
@@ -65,10 +68,10 @@ async def run(conn: AsyncConnection, query: Query, **params: Any) -> Sequence[Se
     Parameters are plain values on both backends: a statement meant for this
     declares a JSON column's parameter as text, and the caller passes JSON text.
     """
-    if conn.dialect.name != "sqlite":
-        result = await conn.execute(query.statement, params)
-        return result.all() if result.returns_rows else []
     sql, values = query.bind(conn.dialect, params)
+    if conn.dialect.name == "postgresql":
+        async with _in_transaction(conn) as driver:
+            return await driver.fetch(sql, *values)
     cursor = conn.sync_connection.connection.driver_connection.cursor()
     async with cursor:
         return await (await cursor.execute(sql, values)).fetchall()
@@ -76,14 +79,33 @@ async def run(conn: AsyncConnection, query: Query, **params: Any) -> Sequence[Se
 
 async def run_many(conn: AsyncConnection, query: Query, params: Sequence[Mapping[str, Any]]) -> None:
     """``query`` run once for each of ``params``, in order, in the transaction of ``conn`` (no rows)."""
-    if conn.dialect.name != "sqlite":
-        await conn.execute(query.statement, list(params))
-        return
     values = [query.bind(conn.dialect, one)[1] for one in params]
     sql = query.bind(conn.dialect, params[0])[0]
+    if conn.dialect.name == "postgresql":
+        async with _in_transaction(conn) as driver:
+            await driver.executemany(sql, values)
+        return
     cursor = conn.sync_connection.connection.driver_connection.cursor()
     async with cursor:
         await cursor.executemany(sql, values)
+
+
+@contextlib.asynccontextmanager
+async def _in_transaction(conn: AsyncConnection) -> AsyncIterator[asyncpg.Connection]:
+    """The asyncpg connection under ``conn``, its transaction begun as SQLAlchemy's adapter begins it.
+
+    The adapter (``sqlalchemy.dialects.postgresql.asyncpg``) sends BEGIN before the
+    first statement of a transaction and COMMIT or ROLLBACK when SQLAlchemy ends
+    it; holding its lock keeps a statement of its own from interleaving.
+    """
+    adapter = conn.sync_connection.connection.dbapi_connection
+    async with adapter._execute_mutex:
+        if adapter._transaction is None:
+            try:
+                await adapter._start_transaction()
+            except Exception as exc:  # translated by the adapter: raise the driver's, as a statement here would
+                raise (exc.__cause__ or exc) from None
+        yield adapter._connection
 
 
 async def _nothing_to_reset(connection: asyncpg.Connection) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from agent_gateway.store import direct
 from agent_gateway.store.tables import runs, signals
 
 PENDING, RUNNING, DONE, FAILED = "pending", "running", "done", "failed"
@@ -74,8 +75,9 @@ async def record(
     if recorded and first_started_at is not None:
         recorded[0] = dataclasses.replace(recorded[0], state=RUNNING, started_at=first_started_at)
     if recorded:
-        await conn.execute(
-            runs.insert(),
+        await direct.run_many(
+            conn,
+            _INSERT,
             [
                 {
                     "id": run.id, "signal_id": signal_id, "session": run.session, "prompt": run.prompt,
@@ -108,28 +110,35 @@ async def newest(
     return [Run.from_row(row) for row in await conn.execute(query)]
 
 
-# Built once: building a statement per call costs more than running it.
-_START = (
+# The worker's writes, built once and run straight on the driver (see store.direct): they are its hot path.
+_INSERT = direct.Query(
+    runs.insert()
+    .values({column: sa.bindparam(column) for column in ("id", "signal_id", "session", "prompt", "state", "started_at")})
+    .inline()  # no RETURNING of the new row's position
+)
+_START = direct.Query(
     runs.update()
     .where(runs.c.id == sa.bindparam("run_id"), runs.c.state == PENDING)
     .values(state=RUNNING, started_at=sa.bindparam("new_started_at"))
+    .returning(runs.c.id)
 )
-_FINISH = (
+_FINISH = direct.Query(
     runs.update()
     .where(runs.c.id == sa.bindparam("run_id"), runs.c.state == RUNNING)
     .values(state=sa.bindparam("new_state"), error=sa.bindparam("new_error"), ended_at=sa.bindparam("new_ended_at"))
+    .returning(runs.c.id)
 )
 
 
 async def start(conn: AsyncConnection, *, id: str, started_at: str) -> bool:
     """Move a ``pending`` Run to ``running``."""
-    return (await conn.execute(_START, {"run_id": id, "new_started_at": started_at})).rowcount == 1
+    return len(await direct.run(conn, _START, run_id=id, new_started_at=started_at)) == 1
 
 
 async def finish(conn: AsyncConnection, *, id: str, error: str | None, ended_at: str) -> bool:
     """End a ``running`` Run: ``done`` without an error, ``failed`` with one."""
-    params = {"run_id": id, "new_state": DONE if error is None else FAILED, "new_error": error, "new_ended_at": ended_at}
-    return (await conn.execute(_FINISH, params)).rowcount == 1
+    state = DONE if error is None else FAILED
+    return len(await direct.run(conn, _FINISH, run_id=id, new_state=state, new_error=error, new_ended_at=ended_at)) == 1
 
 
 async def fail_unfinished(

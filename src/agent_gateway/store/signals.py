@@ -14,6 +14,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from agent_gateway import jsontext
+from agent_gateway.store import direct
 from agent_gateway.store.tables import signals
 
 PENDING, PROCESSING, DONE, FAILED = "pending", "processing", "done", "failed"
@@ -43,6 +45,12 @@ class Signal:
     def from_row(cls, row: sa.Row) -> Signal:
         return cls(row.id, row.kind, row.payload, row.emitted_at, row.state, row.error)
 
+    @classmethod
+    def from_driver(cls, row: Sequence[Any]) -> Signal:
+        """From a row of :data:`_COLUMNS` as the driver gives it (see ``store.direct``): the payload is JSON text."""
+        id, kind, payload, emitted_at, state, error = row
+        return cls(id, kind, jsontext.loads(payload), emitted_at, state, error)
+
 
 _COLUMNS = (signals.c.id, signals.c.kind, signals.c.payload, signals.c.emitted_at, signals.c.state, signals.c.error)
 # Queue order: emittedAt, ties broken by the insert's number.
@@ -67,11 +75,13 @@ def _claim(dialect: str) -> sa.Update:
     )
 
 
-_CLAIM = {dialect: _claim(dialect) for dialect in ("sqlite", "postgresql")}
-_FINISH = (
+# The worker's transitions run straight on the driver (see store.direct): they are its hot path.
+_CLAIM = {dialect: direct.Query(_claim(dialect)) for dialect in ("sqlite", "postgresql")}
+_FINISH = direct.Query(
     signals.update()
     .where(signals.c.id == sa.bindparam("signal_id"), signals.c.state == PROCESSING)
     .values(state=sa.bindparam("new_state"), error=sa.bindparam("new_error"))
+    .returning(signals.c.id)
 )
 
 
@@ -113,14 +123,14 @@ async def count_by_state(conn: AsyncConnection) -> dict[str, int]:
 
 async def claim_oldest(conn: AsyncConnection) -> Signal | None:
     """Move the oldest pending Signal to ``processing`` and return it; None when none is pending."""
-    row = (await conn.execute(_CLAIM[conn.dialect.name])).first()
-    return Signal.from_row(row) if row else None
+    rows = await direct.run(conn, _CLAIM[conn.dialect.name])
+    return Signal.from_driver(rows[0]) if rows else None
 
 
 async def finish(conn: AsyncConnection, *, id: str, error: str | None) -> bool:
     """End a ``processing`` Signal: ``done`` without an error, ``failed`` with one."""
     params = {"signal_id": id, "new_state": DONE if error is None else FAILED, "new_error": error}
-    return (await conn.execute(_FINISH, params)).rowcount == 1
+    return len(await direct.run(conn, _FINISH, **params)) == 1
 
 
 async def fail_processing(conn: AsyncConnection, *, error: str) -> list[str]:
