@@ -252,6 +252,48 @@ async def test_a_direct_read_sees_each_commit_at_once_and_never_an_open_write(st
     assert [row[0] for row in await store.fetch(_USER_IDS)] == [first, second]
 
 
+_INSERT_USER = direct.Query(
+    tables.users.insert().values(id=sa.bindparam("id"), attributes=sa.bindparam("attributes"), created_at=sa.bindparam("at"))
+)
+
+
+async def insert_user_directly(conn: AsyncConnection, user_id: str) -> list:
+    return list(await direct.run(conn, _INSERT_USER, id=user_id, attributes="{}", at=clock.now_iso()))
+
+
+@pytest.mark.parametrize("first", ["direct", "through SQLAlchemy"])
+async def test_a_direct_statement_is_part_of_the_callers_transaction(store: Store, first: str) -> None:
+    ids = [f"00000000-0000-4000-8000-00000000000{n}" for n in range(1, 5)]
+
+    async def both(conn: AsyncConnection, one: str, other: str) -> None:
+        # Whichever statement comes first begins the transaction; the other joins it.
+        if first == "direct":
+            await insert_user_directly(conn, one)
+            await insert_user(conn, other)
+        else:
+            await insert_user(conn, one)
+            await insert_user_directly(conn, other)
+
+    with pytest.raises(Boom):
+        async with store.transaction() as conn:
+            await both(conn, ids[0], ids[1])
+            assert await store.fetch(_USER_IDS) == []  # not committed yet
+            raise Boom
+    assert await user_ids(store) == []
+    async with store.transaction() as conn:
+        await both(conn, ids[2], ids[3])
+    assert await user_ids(store) == ids[2:]
+    # A direct statement that fails fails its transaction, and the connection serves the next one.
+    with pytest.raises(Exception) as failed:
+        async with store.transaction() as conn:
+            await insert_user(conn, ids[0])
+            await insert_user_directly(conn, ids[2])  # a duplicate id
+    assert not isinstance(failed.value, Boom)
+    async with store.transaction() as conn:
+        await insert_user_directly(conn, ids[1])
+    assert await user_ids(store) == ids[1:]
+
+
 async def test_a_direct_read_of_an_in_memory_database_uses_its_one_connection() -> None:
     store = Store("sqlite:///:memory:")
     try:
