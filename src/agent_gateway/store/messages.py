@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import dataclasses
+import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
+import asyncpg
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agent_gateway import errors
+from agent_gateway.store import direct
 from agent_gateway.store import window as windows
 from agent_gateway.store.engine import Store
 from agent_gateway.store.tables import messages, users
@@ -53,9 +56,10 @@ _COLUMNS = (
 )
 
 
+# The writes run straight on the driver (see store.direct): they are every Message's path.
 # One statement numbers and writes a Message: seq is one past the User's largest,
 # and selecting from users makes a User nobody holds insert nothing.
-_APPEND = (
+_APPEND = direct.Query(
     messages.insert()
     .from_select(
         [column.name for column in _COLUMNS],
@@ -74,9 +78,9 @@ _APPEND = (
 )
 # Rows are locked in the order they are returned: always the same order, so two
 # writers locking overlapping sets of Users cannot deadlock.
-_LOCK_USERS = (
+_LOCK_USERS = direct.Query(
     sa.select(users.c.id)
-    .where(users.c.id.in_(sa.bindparam("user_ids", expanding=True)))
+    .where(users.c.id == sa.func.any(sa.bindparam("user_ids", type_=postgresql.ARRAY(sa.Text))))
     .order_by(users.c.id)
     .with_for_update()
 )
@@ -91,7 +95,7 @@ async def lock_logs(conn: AsyncConnection, *, user_ids: Sequence[str]) -> None:
     holds the database's one write lock, so there is nothing more to take.
     """
     if conn.dialect.name == "postgresql":
-        await conn.execute(_LOCK_USERS, {"user_ids": list(user_ids)})
+        await direct.run(conn, _LOCK_USERS, user_ids=list(user_ids))
 
 
 async def append(
@@ -105,20 +109,21 @@ async def append(
     refuses the second, which raises :class:`LostRace` (its transaction is then
     unusable and must roll back, leaving nothing stored).
     """
-    params = {"id": id, "user_id": user_id, "direction": direction, "text": text, "created_at": created_at}
     try:
-        seq = (await conn.execute(_APPEND, params)).scalar_one_or_none()
-    except sa.exc.IntegrityError as exc:
+        rows = await direct.run(
+            conn, _APPEND, id=id, user_id=user_id, direction=direction, text=text, created_at=created_at
+        )
+    except _UNIQUE_VIOLATIONS as exc:
         if _is_lost_race(exc):
             raise LostRace() from exc
         raise
-    return None if seq is None else Message(id, user_id, direction, seq, text, created_at)
+    return Message(id, user_id, direction, rows[0][0], text, created_at) if rows else None
 
 
 # On PostgreSQL one statement numbers a whole batch: each row is one past its User's
 # largest seq as the statement found it, plus its place among that User's rows here.
 _ARRAYS = ("ids", "user_ids", "directions", "texts", "created_ats")
-_APPEND_MANY_POSTGRES = sa.text(
+_APPEND_MANY_POSTGRES = direct.Query(sa.text(
     "INSERT INTO messages (id, user_id, direction, seq, text, created_at) "
     "SELECT d.id, u.id, d.direction, "
     "coalesce((SELECT max(m.seq) FROM messages AS m WHERE m.user_id = u.id), 0) "
@@ -127,7 +132,7 @@ _APPEND_MANY_POSTGRES = sa.text(
     "WITH ORDINALITY AS d(id, user_id, direction, text, created_at, n) "
     "JOIN users AS u ON u.id = d.user_id "
     "RETURNING id, seq"
-).bindparams(*(sa.bindparam(name, type_=postgresql.ARRAY(sa.Text)) for name in _ARRAYS))
+).bindparams(*(sa.bindparam(name, type_=postgresql.ARRAY(sa.Text)) for name in _ARRAYS)))
 
 
 async def append_many(conn: AsyncConnection, rows: Sequence[tuple[str, str, str, str, str]]) -> list[Message | None]:
@@ -148,8 +153,8 @@ async def append_many(conn: AsyncConnection, rows: Sequence[tuple[str, str, str,
         return []
     columns = {name: list(values) for name, values in zip(_ARRAYS, zip(*rows), strict=True)}
     try:
-        numbered = dict((await conn.execute(_APPEND_MANY_POSTGRES, columns)).all())
-    except sa.exc.IntegrityError as exc:
+        numbered = dict(tuple(row) for row in await direct.run(conn, _APPEND_MANY_POSTGRES, **columns))
+    except _UNIQUE_VIOLATIONS as exc:
         if _is_lost_race(exc):
             raise LostRace() from exc
         raise
@@ -159,12 +164,15 @@ async def append_many(conn: AsyncConnection, rows: Sequence[tuple[str, str, str,
     ]
 
 
-def _is_lost_race(exc: sa.exc.IntegrityError) -> bool:
+# What each driver raises for a duplicate key.
+_UNIQUE_VIOLATIONS = (sqlite3.IntegrityError, asyncpg.UniqueViolationError)
+
+
+def _is_lost_race(exc: sqlite3.IntegrityError | asyncpg.UniqueViolationError) -> bool:
     """Whether the driver's error is a collision on the (user_id, seq) primary key."""
-    if getattr(exc.orig, "sqlite_errorname", None) == "SQLITE_CONSTRAINT_PRIMARYKEY":
+    if getattr(exc, "sqlite_errorname", None) == "SQLITE_CONSTRAINT_PRIMARYKEY":
         return True
-    # asyncpg's own exception, kept by SQLAlchemy's adapter as the cause, names the constraint.
-    return getattr(exc.orig.__cause__, "constraint_name", None) == _PRIMARY_KEY
+    return getattr(exc, "constraint_name", None) == _PRIMARY_KEY
 
 
 _WINDOWS = windows.Queries(sa.select(*_COLUMNS).where(messages.c.user_id == sa.bindparam("user_id")), messages.c.seq)
