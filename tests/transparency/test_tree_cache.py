@@ -18,9 +18,9 @@ from agent_gateway.transparency import service as transparency
 from tests.transparency.test_merkle import mth, path, subproof
 from tests.transparency.test_tree import identity
 
-# Small levels, so that logs of tens of Decisions fill the cache and move its level up;
-# the last pair is the default (a tree this small is then below the cached levels).
-LEVELS = [(0, 1), (1, 2), (2, 3), (tree.CACHE_MIN_LEVEL, tree.CACHE_LEVELS)]
+# Small levels and steps, so that logs of tens of Decisions fill the cache a little at a time and
+# move its level up; the last is the default (a tree this small is then below the cached levels).
+LEVELS = [(0, 1, 1), (1, 2, 2), (2, 3, 1 << 9), (tree.CACHE_MIN_LEVEL, tree.CACHE_LEVELS, tree.CACHE_STEP)]
 
 # Appends Decisions from a process of its own: ``python -c APPEND URL COUNT``.
 APPEND = """
@@ -43,10 +43,10 @@ asyncio.run(main(sys.argv[1], int(sys.argv[2])))
 """
 
 
-@pytest.fixture(params=LEVELS, ids=lambda levels: f"levels{levels[0]}+{levels[1]}")
-def levels(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> tuple[int, int]:
-    monkeypatch.setattr(tree, "CACHE_MIN_LEVEL", request.param[0])
-    monkeypatch.setattr(tree, "CACHE_LEVELS", request.param[1])
+@pytest.fixture(params=LEVELS, ids=lambda levels: "levels{}+{}-step{}".format(*levels))
+def levels(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> tuple[int, int, int]:
+    for name, value in zip(["CACHE_MIN_LEVEL", "CACHE_LEVELS", "CACHE_STEP"], request.param, strict=True):
+        monkeypatch.setattr(tree, name, value)
     return request.param
 
 
@@ -74,7 +74,7 @@ async def assert_proofs(store: Store, log: Sequence[bytes], sizes: Sequence[int]
             assert await transparency.consistency(store, old, size) == (size, subproof(old, log[:size], True))
 
 
-async def test_proofs_are_the_rfc_s_as_the_tree_grows_and_the_cache_with_it(store: Store, levels: tuple[int, int]) -> None:
+async def test_proofs_are_the_rfc_s_as_the_tree_grows_and_the_cache_with_it(store: Store, levels: tuple[int, int, int]) -> None:
     log: list[bytes] = []
     batch = 1
     while len(log) < 70:
@@ -82,16 +82,16 @@ async def test_proofs_are_the_rfc_s_as_the_tree_grows_and_the_cache_with_it(stor
             published = await service.publish_many(conn, identity, [f"g{len(log) + n}" for n in range(batch)])
         log.extend(decision.jws.encode() for decision in published)
         await assert_proofs(store, log, [len(log)])
-        assert tree.cached(store).size == len(log)
         assert_cache_is_the_tree(tree.cached(store), log)
         batch = batch % 7 + 3
-    if levels[1] < 6:  # 70 leaves are 7 levels: the cache moved its level up to keep its bound
-        assert tree.cached(store).level == max(levels[0], 7 - levels[1])
     # Smaller trees than the cached size take their nodes from the same cache.
     await assert_proofs(store, log, [1, 13, 32, 33, 64])
+    assert tree.cached(store).size == len(log)
+    if levels[1] < 6:  # 70 leaves are 7 levels: the cache moved its level up to keep its bound
+        assert tree.cached(store).level == max(levels[0], 7 - levels[1])
 
 
-async def test_a_rolled_back_append_leaves_nothing_in_the_cache(database_url: str, levels: tuple[int, int]) -> None:
+async def test_a_rolled_back_append_leaves_nothing_in_the_cache(database_url: str, levels: tuple[int, int, int]) -> None:
     reader, writer = Store(database_url), Store(database_url)
 
     class Abandon(Exception):
@@ -118,7 +118,7 @@ async def test_a_rolled_back_append_leaves_nothing_in_the_cache(database_url: st
         await writer.close()
 
 
-async def test_proofs_while_another_process_appends(database_url: str, levels: tuple[int, int]) -> None:
+async def test_proofs_while_another_process_appends(database_url: str, levels: tuple[int, int, int]) -> None:
     """Proofs of the current tree (its size read fresh each time) while another process appends;
     each is checked, afterwards, against the RFC tree of the size it names."""
     store = Store(database_url)

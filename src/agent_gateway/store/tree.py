@@ -111,6 +111,10 @@ _FRONTIER = {
 # each other, on one or two pages, so caching them would save a proof little.
 CACHE_MIN_LEVEL = 6
 CACHE_LEVELS = 14
+# A proof that finds the tree grown past the cache caches the nodes of at most CACHE_STEP << level
+# more leaves (about 2 * CACHE_STEP nodes, a millisecond or two): the first proofs on a long log
+# share loading it, none stalls on all of it (the statement reads what the cache lacks).
+CACHE_STEP = 1 << 9
 _INSERT = direct.Query(decision_tree.insert().values(node=sa.bindparam("key"), hash=sa.bindparam("digest")))
 
 
@@ -186,12 +190,15 @@ class _Cache:
         self._extending = asyncio.Lock()
 
     async def extend(self, store: Store, size: int) -> None:
-        """Read the nodes of the cached levels that the tree's first ``size`` leaves complete."""
+        """Read the nodes of the cached levels that the tree's first ``size`` leaves complete,
+        or those of the next CACHE_STEP << level leaves when that is fewer."""
         async with self._extending:
             cached = self.cached
             if size <= cached.size:
                 return
+            # The level of the tree's size: the cache stays within its bound as it fills up to it.
             level = max(CACHE_MIN_LEVEL, size.bit_length() - CACHE_LEVELS)
+            size = min(size, cached.size + (CACHE_STEP << level))
             hashes = cached.hashes
             if level != cached.level:
                 # A new dict: readers of the old value still find all of its nodes there.
