@@ -8,11 +8,19 @@ so leaf order is ``seq`` order in every process, and a rolled-back publish
 leaves no leaf. Nodes are written once and never change (see
 ``transparency.merkle``), so reads need no transaction: a tree size read
 first names nodes that are all there.
+
+For the same reason a process may keep nodes it has read: each Store keeps the
+top levels of its tree (:class:`Cached`), and a proof reads from the database
+only the nodes below them, which lie next to its leaf on a page or two, so its
+database work hardly depends on the size of the log.
 """
 
 from __future__ import annotations
 
+import asyncio
+import collections
 import dataclasses
+import weakref
 from collections.abc import Mapping, Sequence
 
 import orjson
@@ -47,14 +55,19 @@ _NODES = {
 #   - for a consistency proof from m, the largest node ending at leaf m: [m - (m & -m), m).
 # The first row carries the sizes and the leaf (node NULL), the rest the nodes. SQLite has no
 # xor: x xor 1 is x + 1 - 2 * (x & 1). Levels go up to n's highest bit, a recursive CTE on both.
+# Nodes the reader has cached are not read: those at level :low or above that end before leaf
+# :cached. Every complete node of level v ends before leaf (n >> v) << v, which shrinks as v
+# grows: the levels stop at :low once that is within the cache, whatever the size of the tree.
 _PROOF_NODES = (
-    "l(v) AS (SELECT 0 UNION ALL SELECT v + 1 FROM l, p WHERE (p.n >> (v + 1)) > 0), "
+    "l(v) AS (SELECT 0 UNION ALL SELECT v + 1 FROM l, p WHERE (p.n >> (v + 1)) > 0"
+    " AND (v + 1 < :low OR ((p.n >> (v + 1)) << (v + 1)) > CAST(:cached AS BIGINT))), "
     "k(node) AS ("
     " SELECT ((((((p.leaf >> v) + 1 - 2 * ((p.leaf >> v) & 1)) + 1) << v) - 1) << :bits) | v FROM p, l"
     " UNION ALL SELECT ((((p.n >> v) << v) - 1) << :bits) | v FROM p, l WHERE (p.n >> v) & 1 = 1"
     " UNION ALL SELECT ((p.m - 1) << :bits) | v FROM p, l WHERE ((p.m >> v) << v) = p.m AND (p.m >> v) & 1 = 1) "
     "SELECT NULL, NULL, p.leaf, p.cur FROM p "
     "UNION ALL SELECT t.node, t.hash, NULL, NULL FROM k JOIN decision_tree AS t ON t.node = k.node"
+    " WHERE (k.node & ((1 << :bits) - 1)) < :low OR k.node >= (CAST(:cached AS BIGINT) << :bits)"
 )
 _INCLUSION = direct.Query(
     sa.text(
@@ -92,6 +105,16 @@ _FRONTIER = {
         )
     ),
 }
+# The cache (:class:`Cached`) holds the levels of the tree from CACHE_MIN_LEVEL, or from the one
+# that leaves CACHE_LEVELS above it when the tree is taller: at most 2 ** (CACHE_LEVELS + 1)
+# nodes, about 7 MB. The 2 ** CACHE_MIN_LEVEL leaves' nodes below those are stored next to
+# each other, on one or two pages, so caching them would save a proof little.
+CACHE_MIN_LEVEL = 6
+CACHE_LEVELS = 14
+# A proof that finds the tree grown past the cache caches the nodes of at most CACHE_STEP << level
+# more leaves (about 2 * CACHE_STEP nodes, a millisecond or two): the first proofs on a long log
+# share loading it, none stalls on all of it (the statement reads what the cache lacks).
+CACHE_STEP = 1 << 9
 _INSERT = direct.Query(decision_tree.insert().values(node=sa.bindparam("key"), hash=sa.bindparam("digest")))
 
 
@@ -145,34 +168,98 @@ async def size(store: Store) -> int:
 
 
 @dataclasses.dataclass(frozen=True)
+class Cached:
+    """Every stored node at ``level`` or above that ends within the tree's first ``size`` leaves.
+
+    Only nodes read from the database at a size read from it are kept: complete subtrees of
+    committed Decisions, which never change. The root of an incomplete tree is never a stored
+    node, and the size of the tree is always read, never taken from here. ``hashes`` only ever
+    gains nodes of ``level`` and above, so a reader holding this value may keep using it.
+    """
+
+    level: int
+    size: int
+    hashes: dict[merkle.Node, bytes]
+
+
+class _Cache:
+    """A Store's :class:`Cached`, extended as proofs find the tree grown."""
+
+    def __init__(self) -> None:
+        self.cached = Cached(CACHE_MIN_LEVEL, 0, {})
+        self._extending = asyncio.Lock()
+
+    async def extend(self, store: Store, size: int) -> None:
+        """Read the nodes of the cached levels that the tree's first ``size`` leaves complete,
+        or those of the next CACHE_STEP << level leaves when that is fewer."""
+        async with self._extending:
+            cached = self.cached
+            if size <= cached.size:
+                return
+            # The level of the tree's size: the cache stays within its bound as it fills up to it.
+            level = max(CACHE_MIN_LEVEL, size.bit_length() - CACHE_LEVELS)
+            size = min(size, cached.size + (CACHE_STEP << level))
+            hashes = cached.hashes
+            if level != cached.level:
+                # A new dict: readers of the old value still find all of its nodes there.
+                hashes = {node: hash_ for node, hash_ in hashes.items() if node[0] >= level}
+            wanted = [(v, index) for v in range(level, size.bit_length()) for index in range(cached.size >> v, size >> v)]
+            if wanted:
+                hashes.update(await fetcher(store)(wanted))
+            self.cached = Cached(level, size, hashes)
+
+
+_caches: weakref.WeakKeyDictionary[Store, _Cache] = weakref.WeakKeyDictionary()
+
+
+def cached(store: Store) -> Cached:
+    """The nodes ``store``'s proofs take from memory (what they read is kept for the next)."""
+    return _cache(store).cached
+
+
+def _cache(store: Store) -> _Cache:
+    cache = _caches.get(store)
+    if cache is None:
+        cache = _caches[store] = _Cache()
+    return cache
+
+
+@dataclasses.dataclass(frozen=True)
 class ProofRead:
     """What one proof statement reads: the tree's size now, the leaf's index (inclusion proofs;
-    None when there is no such Decision), and stored nodes, every one the proof needs among them."""
+    None when there is no such Decision), and stored nodes, every one the proof needs among
+    them and the cache."""
 
     size: int
     leaf_index: int | None
-    nodes: dict[merkle.Node, bytes]
+    nodes: Mapping[merkle.Node, bytes]
 
     async def fetch(self, nodes: Sequence[merkle.Node]) -> Mapping[merkle.Node, bytes]:
         """The ``merkle.Fetch`` of a proof from what was read (``nodes`` are among it)."""
         return self.nodes
 
 
-def _proof_read(rows: Sequence[Sequence[object]]) -> ProofRead:
+async def _read_proof(store: Store, query: direct.Query, **params: object) -> ProofRead:
+    cache = _cache(store)
+    cached = cache.cached
+    rows = await store.fetch(query, bits=LEVEL_BITS, low=cached.level, cached=cached.size, **params)
     [(leaf, size)] = [row[2:] for row in rows if row[0] is None]
-    return ProofRead(int(size), None if leaf is None else int(leaf), _hashes([row[:2] for row in rows if row[0] is not None]))  # type: ignore[call-overload]
+    read = _hashes([row[:2] for row in rows if row[0] is not None])  # type: ignore[misc]
+    # The next proofs take what this tree has added to the cached levels from memory.
+    await cache.extend(store, int(size))  # type: ignore[call-overload]
+    return ProofRead(int(size), None if leaf is None else int(leaf), collections.ChainMap(read, cached.hashes))  # type: ignore[call-overload]
 
 
 async def read_inclusion(store: Store, *, seq: int, size: int | None) -> ProofRead:
     """In one statement, what the inclusion proof of the Decision numbered ``seq`` in the tree of
-    ``size`` (None: the tree as it is) needs; committed Decisions only."""
-    return _proof_read(await store.fetch(_INCLUSION, bits=LEVEL_BITS, seq=seq, size=size))
+    ``size`` (None: the tree as it is) needs and the cache lacks; committed Decisions only."""
+    return await _read_proof(store, _INCLUSION, seq=seq, size=size)
 
 
 async def read_consistency(store: Store, *, old: int, new: int | None) -> ProofRead:
     """In one statement, what the consistency proof from the tree of ``old`` (at least 1) to
-    that of ``new`` (None: the tree as it is) needs."""
-    return _proof_read(await store.fetch(_CONSISTENCY, bits=LEVEL_BITS, old=old, new=new))
+    that of ``new`` (None: the tree as it is) needs and the cache lacks."""
+    return await _read_proof(store, _CONSISTENCY, old=old, new=new)
 
 
 def fetcher(store: Store) -> merkle.Fetch:
