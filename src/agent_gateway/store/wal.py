@@ -31,31 +31,30 @@ PRAGMA = "wal_autocheckpoint=0"
 
 
 class Checkpointer:
-    """Checkpoints one database file's WAL after commits, off the event loop."""
+    """Checkpoints one database file's WAL after commits, off the event loop; usable again after :meth:`close`."""
 
     def __init__(self, database: str) -> None:
         self.database = database
-        self._thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="sqlite checkpoint")
-        self._connection: sqlite3.Connection | None = None  # used on that thread only
-        self._due: asyncio.Event | None = None
+        self._connection: sqlite3.Connection | None = None  # used on the checkpoint thread only
+        self._due = asyncio.Event()
+        self._thread: concurrent.futures.ThreadPoolExecutor | None = None
         self._task: asyncio.Task[None] | None = None
 
     def committed(self) -> None:
         """A commit on the event loop's thread has grown the WAL: checkpoint soon."""
         if self._task is None:
-            self._due = asyncio.Event()
-            self._task = asyncio.get_running_loop().create_task(self._run(), name="sqlite checkpoint")
-        assert self._due is not None
+            self._due = asyncio.Event()  # of this loop (a Store may be used again in another)
+            self._thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="sqlite checkpoint")
+            self._task = asyncio.get_running_loop().create_task(self._run(self._thread), name="sqlite checkpoint")
         self._due.set()
 
-    async def _run(self) -> None:
-        assert self._due is not None
+    async def _run(self, thread: concurrent.futures.ThreadPoolExecutor) -> None:
         loop = asyncio.get_running_loop()
         while True:
             await self._due.wait()
             self._due.clear()
             try:
-                await loop.run_in_executor(self._thread, self._checkpoint)
+                await loop.run_in_executor(thread, self._checkpoint)
             except sqlite3.Error as exc:  # the next commit asks again
                 logger.warning("WAL checkpoint failed (%s)", exc, extra={"action": "wal_checkpoint_failed"})
             await asyncio.sleep(GAP_S)
@@ -67,13 +66,15 @@ class Checkpointer:
         self._connection.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        task, thread = self._task, self._thread
+        self._task = self._thread = None
+        if task is None or thread is None:
+            return
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
         # Waits, off the loop, for a checkpoint under way to end.
-        await asyncio.to_thread(self._thread.shutdown)
+        await asyncio.to_thread(thread.shutdown)
         if self._connection is not None:
             self._connection.close()
             self._connection = None
