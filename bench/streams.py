@@ -11,7 +11,9 @@ Each part starts a fresh real gateway (``bench.harness``, one process):
 2. scale of waiting: N idle streams of N distinct Users held open in the one
    process (raw sockets, each read and discarded): the resident memory they
    add per stream, the delivery p99 to one of them meanwhile, and
-   ``GET /users/me`` throughput (wrk) with and without them;
+   ``GET /users/me`` throughput (wrk) and the server's CPU per request with
+   and without them, in rounds that alternate (``--rounds``: without, with,
+   with, without, ...), each run printed, then the means of each side;
 3. answers: inbound ``POST /messages`` to the demo echo agent's answer read
    on the stream, p50/p99 (``bench.messages`` prints the same through polling).
 """
@@ -20,9 +22,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
+import os
 import resource
 import statistics
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import httpx
 
@@ -74,20 +81,29 @@ class Follower:
 
 
 async def deliveries(served: ServedGateway, user_id: str, token: str, count: int) -> list[float]:
-    """Milliseconds from sending each outbound Message to reading its event."""
+    """Milliseconds from sending each outbound Message to reading its event.
+
+    This client's garbage collector is off while it measures: one of its full
+    collections took 67 ms, which a sample would have counted as the server's.
+    """
     samples = []
     async with httpx.AsyncClient(timeout=TIMEOUT) as reader, httpx.AsyncClient(timeout=TIMEOUT) as writer:
         headers = {"Authorization": f"Bearer {token}"}
         async with reader.stream("GET", f"{served.public_url}/messages/stream", headers=headers) as response:
             follower = Follower(response)
-            for n in range(count):
-                started = time.perf_counter()
-                post = asyncio.create_task(
-                    writer.post(f"{served.agent_url}/messages", json={"userId": user_id, "text": f"m{n}"})
-                )
-                await follower.next_seq()
-                samples.append((time.perf_counter() - started) * 1000)
-                assert (await post).status_code == 201
+            gc.collect()
+            gc.disable()
+            try:
+                for n in range(count):
+                    started = time.perf_counter()
+                    post = asyncio.create_task(
+                        writer.post(f"{served.agent_url}/messages", json={"userId": user_id, "text": f"m{n}"})
+                    )
+                    await follower.next_seq()
+                    samples.append((time.perf_counter() - started) * 1000)
+                    assert (await post).status_code == 201
+            finally:
+                gc.enable()
     return samples
 
 
@@ -119,36 +135,79 @@ async def hold_idle_streams(served: ServedGateway, admitted: list[tuple[str, str
     return tasks
 
 
-def users_me(served: ServedGateway, token: str, duration: int, label: str) -> str:
-    """wrk on ``GET /users/me``, with the server's CPU per request: the machine's other load
-    moves that far less than the requests per second (see ``bench.metrics``)."""
+def users_me(served: ServedGateway, token: str, duration: int, profile: Path | None = None) -> tuple[harness.WrkResult, float]:
+    """wrk on ``GET /users/me``, and the server's CPU per request in microseconds: the
+    machine's other load moves that far less than the requests per second (``bench.metrics``).
+
+    With ``profile``, py-spy samples the server meanwhile into that file (its raw,
+    collapsed-stack format).
+    """
     lua = harness.lua_request("GET", None, {"Authorization": f"Bearer {token}"})
+    spy = None
+    if profile is not None:
+        command = [str(Path(sys.executable).with_name("py-spy")), "record", "-p", str(served.process.pid), "-f", "raw", "-o", str(profile), "-d", str(duration)]
+        spy = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     before = harness.cpu_s(served.process.pid)
-    result = harness.wrk(f"{served.public_url}/users/me", lua, duration_s=duration)
-    per_request = (harness.cpu_s(served.process.pid) - before) / result.requests * 1e6
-    return result.line(label) + f"   {per_request:4.0f} us CPU/req"
+    try:
+        result = harness.wrk(f"{served.public_url}/users/me", lua, duration_s=duration)
+    finally:
+        if spy is not None:
+            spy.wait()
+    return result, (harness.cpu_s(served.process.pid) - before) / result.requests * 1e6
 
 
-def measure_scale(backend: str, count: int, duration: int) -> None:
+def round_order(rounds: int) -> list[bool]:
+    """Whether each wrk run has the streams open, in pairs that alternate their order
+    (without, with, with, without, ...), so that a drift of the shared machine's load
+    weighs on both sides alike."""
+    return [open_ for pair in range(rounds) for open_ in ((False, True) if pair % 2 == 0 else (True, False))]
+
+
+def measure_scale(backend: str, count: int, duration: int, rounds: int, profiles: Path | None) -> None:
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     with harness.gateway(backend, NO_HANDLERS) as served:  # enters with asyncio.run: outside the loop
-        asyncio.run(_measure_scale(served, count, duration))
+        asyncio.run(_measure_scale(served, count, duration, rounds, profiles))
 
 
-async def _measure_scale(served: ServedGateway, count: int, duration: int) -> None:
+async def _measure_scale(served: ServedGateway, count: int, duration: int, rounds: int, profiles: Path | None) -> None:
     admitted = await admit(served.env["AGENT_GATEWAY_DATABASE_URL"], count + 1)
     (probe_id, probe_token), idle = admitted[0], admitted[1:]
-    # Warm up the process (first requests, pools) before the baseline.
+    # Warm up the process (first requests, pools) before the first round.
     await deliveries(served, probe_id, probe_token, 50)
-    print(await asyncio.to_thread(users_me, served, probe_token, duration, "GET /users/me, no stream open"))
-    before = harness.rss_mb(served.process.pid)
-    tasks = await hold_idle_streams(served, idle)
-    await asyncio.sleep(2)
-    added_kb = (harness.rss_mb(served.process.pid) - before) * 1024 / count
-    print(f"{count:,} idle streams open: {added_kb:.1f} KB of resident memory added per stream")
-    print(f"{'delivery to one User beside them':<44} {cuts(await deliveries(served, probe_id, probe_token, SCALE_DELIVERIES))}")
-    print(await asyncio.to_thread(users_me, served, probe_token, duration, f"GET /users/me, {count:,} streams open"))
+    await asyncio.to_thread(users_me, served, probe_token, 2)
+    tasks: list[asyncio.Task[None]] = []
+    runs: dict[bool, list[tuple[float, float]]] = {False: [], True: []}
+    for n, open_ in enumerate(round_order(rounds), 1):
+        if open_ and not tasks:
+            before = harness.rss_mb(served.process.pid)
+            tasks = await hold_idle_streams(served, idle)
+            await asyncio.sleep(2)
+            if not runs[True]:  # the first opening: memory, and delivery beside them
+                added_kb = (harness.rss_mb(served.process.pid) - before) * 1024 / count
+                print(f"{count:,} idle streams open: {added_kb:.1f} KB of resident memory added per stream")
+                samples = await deliveries(served, probe_id, probe_token, SCALE_DELIVERIES)
+                print(f"{'delivery to one User beside them':<44} {cuts(samples)}")
+        elif not open_ and tasks:
+            await close_streams(tasks)
+            tasks = []
+            await asyncio.sleep(2)  # the server notices each connection go
+        profile = None if profiles is None else profiles / f"run-{n}-{'with' if open_ else 'without'}-streams.txt"
+        result, cpu_us = await asyncio.to_thread(users_me, served, probe_token, duration, profile)
+        runs[open_].append((result.requests_per_s, cpu_us))
+        label = f"run {n}: GET /users/me, " + (f"{count:,} streams open" if open_ else "no stream open")
+        print(result.line(label) + f"   {cpu_us:4.0f} us CPU/req   load {os.getloadavg()[0]:.2f}")
+    await close_streams(tasks)
+    rps = {open_: statistics.mean(r for r, _ in runs[open_]) for open_ in runs}
+    cpu = {open_: statistics.mean(c for _, c in runs[open_]) for open_ in runs}
+    print(
+        f"GET /users/me with {count:,} streams against without, over {rounds} rounds: "
+        f"{rps[False]:,.0f} -> {rps[True]:,.0f} req/s ({(rps[True] / rps[False] - 1) * 100:+.1f} %), "
+        f"CPU/req {cpu[False]:.0f} -> {cpu[True]:.0f} us ({(cpu[True] / cpu[False] - 1) * 100:+.1f} %)"
+    )
+
+
+async def close_streams(tasks: list[asyncio.Task[None]]) -> None:
     for task in tasks:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
@@ -181,6 +240,8 @@ def main() -> None:
     parser.add_argument("--backend", default="sqlite", choices=["sqlite", "postgresql"])
     parser.add_argument("--streams", type=int, default=5_000, help="idle streams held open (distinct Users)")
     parser.add_argument("--duration", type=int, default=10, help="seconds of each wrk run")
+    parser.add_argument("--rounds", type=int, default=2, help="pairs of wrk runs without and with the streams")
+    parser.add_argument("--profile", type=Path, help="py-spy each GET /users/me run of the scale part into this folder")
     parser.add_argument("--parts", default="delivery,scale,answers", help="which parts to run")
     args = parser.parse_args()
     parts = set(args.parts.split(","))
@@ -192,7 +253,9 @@ def main() -> None:
             samples = asyncio.run(deliveries(served, user_id, token, DELIVERIES))
             print(f"{'outbound POST (Agent) -> event on the stream':<44} {cuts(samples)}")
     if "scale" in parts:
-        measure_scale(args.backend, args.streams, args.duration)
+        if args.profile is not None:
+            args.profile.mkdir(parents=True, exist_ok=True)
+        measure_scale(args.backend, args.streams, args.duration, args.rounds, args.profile)
     if "answers" in parts:
         measure_answers_on_stream(args.backend)
         measure_answers(args.backend)  # the same through polling, for comparison

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import uuid
 from pathlib import Path
 
@@ -19,7 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agent_gateway import clock, deployment
 from agent_gateway.signals import service as signals
-from agent_gateway.store import direct, engine, migrate, sqlite, tables
+from agent_gateway.store import direct, engine, migrate, sqlite, tables, wal
 from agent_gateway.store.engine import Store
 from tests import served
 
@@ -406,3 +409,80 @@ async def test_a_failed_statements_error_does_not_carry_its_values(store: Store)
         async with store.transaction() as conn:
             await conn.execute(insert)  # the same number again
     assert secret not in str(raised.value)
+
+
+# Users whose attributes fill about two pages each: 600 of them take SQLite's WAL past
+# the 1,000 pages at which a commit would checkpoint by default.
+_BULK_USERS = 600
+_PADDING = "x" * 6000
+
+
+async def write_bulk(store: Store, count: int = _BULK_USERS) -> list[str]:
+    ids = [str(uuid.UUID(int=n, version=4)) for n in range(1, count + 1)]
+    for start in range(0, count, 50):
+        async with store.transaction() as conn:
+            await conn.execute(
+                tables.users.insert(),
+                [{"id": i, "attributes": {"pad": _PADDING}, "created_at": clock.now_iso()} for i in ids[start : start + 50]],
+            )
+    return sorted(ids)
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+async def test_sqlite_commits_leave_wal_checkpoints_to_a_thread(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    checkpoints: list[int] = []
+    monkeypatch.setattr(wal.Checkpointer, "_checkpoint", lambda self: checkpoints.append(threading.get_ident()))
+    database = Path(store.engine.url.database or "")
+    before = database.stat().st_size
+    await write_bulk(store)
+    await asyncio.sleep(0.1)
+    # Past SQLite's threshold, yet no commit copied a page into the database file ...
+    assert Path(f"{database}-wal").stat().st_size > 1000 * 4096
+    assert database.stat().st_size == before
+    # ... the checkpointer was asked, and ran on its own thread.
+    assert checkpoints and threading.get_ident() not in checkpoints
+
+
+async def test_writes_past_the_wal_threshold_reach_the_database_file(store: Store) -> None:
+    written = await write_bulk(store)
+    assert await user_ids(store) == written
+    if store.dialect != "sqlite":
+        return
+    database = Path(store.engine.url.database or "")
+    # The checkpointer copies them within its gap; nothing else does (no reader closes).
+    async with asyncio.timeout(30):
+        while database.stat().st_size < _BULK_USERS * 6000:
+            await asyncio.sleep(0.05)
+    await store.close()
+    with contextlib.closing(sqlite3.connect(database)) as conn:
+        assert conn.execute("SELECT count(*) FROM users").fetchone() == (_BULK_USERS,)
+
+
+_WRITE_THEN_DIE = """
+import asyncio, os, signal, sys
+from tests.foundation.test_store import write_bulk
+from agent_gateway.store.engine import Store
+
+async def main():
+    store = Store(sys.argv[1])
+    await write_bulk(store)
+    print("committed", flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)  # mid-checkpoint, or before one: no clean close
+
+asyncio.run(main())
+"""
+
+
+def test_a_killed_process_loses_no_committed_write(database_url: str) -> None:
+    result = subprocess.run([sys.executable, "-c", _WRITE_THEN_DIE, database_url], capture_output=True, text=True, timeout=120)
+    assert result.returncode == -signal.SIGKILL, result.stderr
+    assert result.stdout == "committed\n"
+
+    async def count() -> int:
+        store = Store(database_url)
+        try:
+            return len(await user_ids(store))
+        finally:
+            await store.close()
+
+    assert asyncio.run(count()) == _BULK_USERS

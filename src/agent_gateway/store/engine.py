@@ -21,7 +21,7 @@ from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.util import await_
 
-from agent_gateway.store import direct, notifications, sqlite
+from agent_gateway.store import direct, notifications, sqlite, wal
 
 SQLITE_PRAGMAS = ("journal_mode=WAL", "foreign_keys=ON", "synchronous=NORMAL")
 # SQLite connections kept open per process: opening one runs on the loop, and every
@@ -48,11 +48,17 @@ def libpq_dsn(url: str) -> str:
     return re.sub(r"^postgres(ql)?(\+\w+)?://", "postgresql://", url)
 
 
-def create_engine(url: str) -> AsyncEngine:
+def create_engine(url: str, *, checkpointer: wal.Checkpointer | None = None) -> AsyncEngine:
+    """The engine of ``url``; on SQLite with ``checkpointer``, its commits leave WAL checkpoints to that."""
     options: dict[str, object] = {}
     if url.startswith("sqlite"):
         database = sa.make_url(url).database or ":memory:"
-        options["async_creator"] = functools.partial(sqlite.connect, database, pragmas=SQLITE_PRAGMAS)
+        options["async_creator"] = functools.partial(
+            sqlite.connect,
+            database,
+            pragmas=SQLITE_PRAGMAS if checkpointer is None else (*SQLITE_PRAGMAS, wal.PRAGMA),
+            committed=None if checkpointer is None else checkpointer.committed,
+        )
         if database != ":memory:":  # an in-memory database is one connection, or each would see its own
             options["pool_size"] = SQLITE_POOL_SIZE
     engine = create_async_engine(
@@ -104,7 +110,11 @@ class Store:
 
     def __init__(self, url: str) -> None:
         self.url = url
-        self.engine = create_engine(url)
+        database = sa.make_url(async_url(url)).database
+        on_disk = url.startswith("sqlite") and database and database != ":memory:"
+        # Checkpoints off the event loop, not inside the commits of requests (store.wal).
+        self._checkpointer = wal.Checkpointer(database) if on_disk else None
+        self.engine = create_engine(url, checkpointer=self._checkpointer)
         # Execution options set once here: setting them per connection costs every request.
         if self.dialect == "postgresql":
             self._reader = self.engine.execution_options(isolation_level="AUTOCOMMIT")
@@ -116,8 +126,6 @@ class Store:
         self._sqlite_writer = asyncio.Lock() if self.dialect == "sqlite" else None
         self._listener: notifications.PostgresListener | notifications.SqliteListener | None = None
         self._sender: notifications.SqliteSender | None = None
-        database = self.engine.url.database
-        on_disk = self.dialect == "sqlite" and database and database != ":memory:"
         if on_disk:
             self._sender = notifications.SqliteSender(notifications.sqlite_address(database))
         self._direct: direct.Reader | None = None
@@ -229,6 +237,8 @@ class Store:
         if self._sender is not None:
             self._sender.close()
             self._sender = None
+        if self._checkpointer is not None:
+            await self._checkpointer.close()
         await self.engine.dispose()
 
 

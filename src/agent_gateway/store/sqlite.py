@@ -11,7 +11,8 @@ The one thing that could hold the loop up is waiting for another process's
 write lock, so connections have no busy timeout: a statement that finds the
 database locked is tried again after an asyncio sleep, until
 ``BUSY_TIMEOUT_S`` has passed. In WAL mode with ``synchronous=NORMAL`` a
-commit does not wait for the disk; only the occasional checkpoint does.
+commit does not wait for the disk; only a checkpoint does, and the Store's
+connections leave those to a thread (``store.wal``).
 """
 
 from __future__ import annotations
@@ -29,8 +30,13 @@ _BUSY_LONGEST_S = 0.005
 T = TypeVar("T")
 
 
-async def connect(database: str, *, pragmas: Sequence[str] = ()) -> Connection:
-    """Open ``database`` with no implicit transactions; ``pragmas`` run first, in order."""
+async def connect(
+    database: str, *, pragmas: Sequence[str] = (), committed: Callable[[], None] | None = None
+) -> Connection:
+    """Open ``database`` with no implicit transactions; ``pragmas`` run first, in order.
+
+    ``committed`` is called after each commit of a transaction that wrote.
+    """
     connection = sqlite3.connect(database, timeout=0, isolation_level=None, check_same_thread=False)
     try:
         for pragma in pragmas:
@@ -38,7 +44,7 @@ async def connect(database: str, *, pragmas: Sequence[str] = ()) -> Connection:
     except BaseException:
         connection.close()
         raise
-    return Connection(connection)
+    return Connection(connection, committed)
 
 
 async def _unlocked(call: Callable[[], T]) -> T:
@@ -62,8 +68,10 @@ async def _unlocked(call: Callable[[], T]) -> T:
 class Connection:
     """What SQLAlchemy's aiosqlite adapter expects of a connection."""
 
-    def __init__(self, connection: sqlite3.Connection) -> None:
+    def __init__(self, connection: sqlite3.Connection, committed: Callable[[], None] | None = None) -> None:
         self._connection = connection
+        self._committed = committed
+        self._changes = 0
 
     @property
     def isolation_level(self) -> str | None:
@@ -75,9 +83,12 @@ class Connection:
     async def begin(self, *, immediate: bool) -> None:
         """Open a transaction; an ``immediate`` one takes the write lock now."""
         await _unlocked(lambda: self._connection.execute("BEGIN IMMEDIATE" if immediate else "BEGIN"))
+        self._changes = self._connection.total_changes
 
     async def commit(self) -> None:
         await _unlocked(self._connection.commit)
+        if self._committed is not None and self._connection.total_changes != self._changes:
+            self._committed()
 
     async def rollback(self) -> None:
         self._connection.rollback()
