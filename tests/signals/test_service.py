@@ -92,6 +92,32 @@ async def test_a_run_recorded_started_is_running_and_its_later_runs_pending(stor
     assert stored == recorded
 
 
+async def test_ending_a_run_and_its_signal_claims_the_next_and_stays_one_way(store: Store) -> None:
+    """``end_and_claim`` (one statement on PostgreSQL) does what its three parts do, in order."""
+    first = await emit(store, "k", {"n": 1})
+    second = await emit(store, "k", {"n": 2})
+    run_id = str(uuid.uuid4())
+    async with store.transaction() as conn:
+        assert (await signal_queries.claim_oldest(conn)).id == first  # type: ignore[union-attr]
+        await run_queries.record(conn, signal_id=first, prompts=[(run_id, "s", "p")], first_started_at="2026-01-01T00:00:00.000Z")
+        claimed = await signal_queries.end_and_claim(
+            conn, run_id=run_id, run_error="why", ended_at="2026-01-01T00:00:01.000Z", signal_id=first,
+            signal_error="because",
+        )
+    assert claimed is not None and (claimed.id, claimed.payload, claimed.state) == (second, {"n": 2}, "processing")
+    # Again, from the states it left: nothing changes, and nothing is pending to claim.
+    async with store.transaction() as conn:
+        assert await signal_queries.end_and_claim(
+            conn, run_id=run_id, run_error=None, ended_at="2026-01-01T00:00:02.000Z", signal_id=first,
+            signal_error=None,
+        ) is None
+    async with store.read() as conn:
+        signals = [await service.get_signal(conn, id) for id in (first, second)]
+        run = await service.get_run(conn, run_id)
+    assert [(s.state, s.error) for s in signals] == [("failed", "because"), ("processing", None)]  # type: ignore[union-attr]
+    assert (run.state, run.error, run.ended_at) == ("failed", "why", "2026-01-01T00:00:01.000Z")  # type: ignore[union-attr]
+
+
 async def test_recovery_fails_what_a_stopped_process_left_and_runs_what_is_pending(
     store: Store, make_gateway: GatewayFactory
 ) -> None:

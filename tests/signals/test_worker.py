@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from typing import Any
 
 import pytest
 
@@ -343,20 +344,28 @@ async def test_two_processes_run_one_worker_between_them(make_gateway: GatewayFa
 async def test_a_worker_failure_mid_signal_still_ends_the_signal_and_its_runs(
     make_gateway: GatewayFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Fault injection: recording a Run's end raises once; the Signal and the Run still end, saying why."""
+    """Fault injection: recording a Run's end raises once; the Signal and the Run still end, saying why.
+
+    A Run's end is recorded by ``runs.finish`` or, with its Signal's end and the next
+    claim, by ``signals.end_and_claim``: whichever is called first raises.
+    """
     from agent_gateway.store import runs as run_queries
+    from agent_gateway.store import signals as signal_queries
 
-    finish = run_queries.finish
-    calls = 0
+    failed = False
 
-    async def finish_failing_once(*args: object, **kwargs: object) -> bool:
-        nonlocal calls
-        calls += 1
-        if calls == 1:
-            raise RuntimeError("injected")
-        return await finish(*args, **kwargs)  # type: ignore[arg-type]
+    def failing_once(function: Any) -> Any:
+        async def wrapper(*args: object, **kwargs: object) -> Any:
+            nonlocal failed
+            if not failed:
+                failed = True
+                raise RuntimeError("injected")
+            return await function(*args, **kwargs)
 
-    monkeypatch.setattr(run_queries, "finish", finish_failing_once)
+        return wrapper
+
+    monkeypatch.setattr(run_queries, "finish", failing_once(run_queries.finish))
+    monkeypatch.setattr(signal_queries, "end_and_claim", failing_once(signal_queries.end_and_claim))
     gateway = await make_gateway(Recording(), register={"k": TemplateHandler("k", "x")})
     broken = await emit(gateway.store, "k", {})
     fine = await emit(gateway.store, "k", {})

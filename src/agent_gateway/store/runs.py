@@ -122,10 +122,11 @@ _START = direct.Query(
     .values(state=RUNNING, started_at=sa.bindparam("new_started_at"))
     .returning(runs.c.id)
 )
-_FINISH = direct.Query(
+# Its parameters are named apart from the Signal's (store.signals joins the two in one statement).
+FINISH = direct.Query(
     runs.update()
     .where(runs.c.id == sa.bindparam("run_id"), runs.c.state == RUNNING)
-    .values(state=sa.bindparam("new_state"), error=sa.bindparam("new_error"), ended_at=sa.bindparam("new_ended_at"))
+    .values(state=sa.bindparam("run_state"), error=sa.bindparam("run_error"), ended_at=sa.bindparam("run_ended_at"))
     .returning(runs.c.id)
 )
 
@@ -137,8 +138,12 @@ async def start(conn: AsyncConnection, *, id: str, started_at: str) -> bool:
 
 async def finish(conn: AsyncConnection, *, id: str, error: str | None, ended_at: str) -> bool:
     """End a ``running`` Run: ``done`` without an error, ``failed`` with one."""
-    state = DONE if error is None else FAILED
-    return len(await direct.run(conn, _FINISH, run_id=id, new_state=state, new_error=error, new_ended_at=ended_at)) == 1
+    return len(await direct.run(conn, FINISH, **finish_params(id=id, error=error, ended_at=ended_at))) == 1
+
+
+def finish_params(*, id: str, error: str | None, ended_at: str) -> dict[str, str | None]:
+    """The parameters of :data:`FINISH`."""
+    return {"run_id": id, "run_state": DONE if error is None else FAILED, "run_error": error, "run_ended_at": ended_at}
 
 
 async def fail_unfinished(

@@ -16,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agent_gateway import jsontext
 from agent_gateway.store import direct
+from agent_gateway.store import runs as run_queries
 from agent_gateway.store.tables import signals
 
 PENDING, PROCESSING, DONE, FAILED = "pending", "processing", "done", "failed"
@@ -80,8 +81,15 @@ _CLAIM = {dialect: direct.Query(_claim(dialect)) for dialect in ("sqlite", "post
 _FINISH = direct.Query(
     signals.update()
     .where(signals.c.id == sa.bindparam("signal_id"), signals.c.state == PROCESSING)
-    .values(state=sa.bindparam("new_state"), error=sa.bindparam("new_error"))
+    .values(state=sa.bindparam("signal_state"), error=sa.bindparam("signal_error"))
     .returning(signals.c.id)
+)
+# On PostgreSQL a Run's end, its Signal's end and the next claim are one statement: each
+# statement costs a round trip, most of what the worker waits for per Signal. The ends are
+# data-modifying CTEs, run once and to completion; every part sees the statement's one
+# snapshot, in which the ended Signal is processing, not pending, so it is never claimed.
+_END_AND_CLAIM = direct.Query(
+    _claim("postgresql").add_cte(run_queries.FINISH.statement.cte("ended_run"), _FINISH.statement.cte("ended_signal"))
 )
 
 
@@ -129,8 +137,26 @@ async def claim_oldest(conn: AsyncConnection) -> Signal | None:
 
 async def finish(conn: AsyncConnection, *, id: str, error: str | None) -> bool:
     """End a ``processing`` Signal: ``done`` without an error, ``failed`` with one."""
-    params = {"signal_id": id, "new_state": DONE if error is None else FAILED, "new_error": error}
-    return len(await direct.run(conn, _FINISH, **params)) == 1
+    return len(await direct.run(conn, _FINISH, **_finish_params(id, error))) == 1
+
+
+def _finish_params(id: str, error: str | None) -> dict[str, str | None]:
+    return {"signal_id": id, "signal_state": DONE if error is None else FAILED, "signal_error": error}
+
+
+async def end_and_claim(
+    conn: AsyncConnection, *, run_id: str, run_error: str | None, ended_at: str, signal_id: str, signal_error: str | None
+) -> Signal | None:
+    """End a ``running`` Run and its ``processing`` Signal (each ``done`` without an error,
+    ``failed`` with one), then claim the oldest pending Signal, as ``runs.finish``, :func:`finish`
+    and :func:`claim_oldest` in this order would; one statement on PostgreSQL."""
+    if conn.dialect.name != "postgresql":  # SQLite's statements cost no round trip
+        await run_queries.finish(conn, id=run_id, error=run_error, ended_at=ended_at)
+        await finish(conn, id=signal_id, error=signal_error)
+        return await claim_oldest(conn)
+    params = run_queries.finish_params(id=run_id, error=run_error, ended_at=ended_at) | _finish_params(signal_id, signal_error)
+    rows = await direct.run(conn, _END_AND_CLAIM, **params)
+    return Signal.from_driver(rows[0]) if rows else None
 
 
 async def fail_processing(conn: AsyncConnection, *, error: str) -> list[str]:
