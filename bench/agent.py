@@ -139,6 +139,14 @@ def agent_pid(served: ServedGateway) -> int:
     raise SystemExit("no echo agent process found under serve")
 
 
+def dead(pid: int) -> bool:
+    """Whether process ``pid`` has exited (a zombie, or reaped already)."""
+    try:
+        return "State:\tZ" in Path(f"/proc/{pid}/status").read_text()
+    except (FileNotFoundError, ProcessLookupError):  # reaped, even between opening and reading
+        return True
+
+
 async def runs_ended(agent: rawhttp.Connection) -> None:
     """Wait until no Run is running: the echo answers before its Run ends."""
     while True:
@@ -161,7 +169,7 @@ async def recovery(served: ServedGateway, rounds: int) -> list[float]:
             # The next Message comes once the agent is dead: one racing the kill (SIGKILL is
             # delivered when the kernel next schedules the agent) may find its Run handed to
             # the dying agent, and that Run fails, as any Run in flight does.
-            while Path(f"/proc/{pid}").exists() and "State:\tZ" not in Path(f"/proc/{pid}/status").read_text():
+            while not dead(pid):
                 await asyncio.sleep(POLL_INTERVAL_S)
             await one_answer(public, served, f"after kill {n}")
             times.append((time.perf_counter() - killed) * 1000)
