@@ -200,3 +200,17 @@ async def test_a_proof_reads_a_logarithmic_number_of_nodes_in_one_fetch() -> Non
         await merkle.inclusion_proof(tree.fetch, 0, size)
         await merkle.consistency_proof(tree.fetch, 1, size)
         assert len(tree.fetched) == 2 and all(count <= 2 * 10 for count in tree.fetched)
+
+
+async def test_every_proof_of_every_tree_up_to_65_leaves_matches_the_rfc_definitions() -> None:
+    """Exhaustively, where the proof's shape changes (the audit path meets the right edge at
+    every level, the right-hand range folds from one to six subtrees)."""
+    leaves = [n.to_bytes(2, "big") for n in range(65)]
+    tree = MemoryTree()
+    tree.append(leaves)
+    for size in range(1, 66):
+        for index in range(size):
+            assert await merkle.inclusion_proof(tree.fetch, index, size) == path(index, leaves[:size])
+        for old in range(1, size + 1):
+            expected = subproof(old, leaves[:size], True) if old < size else []
+            assert await merkle.consistency_proof(tree.fetch, old, size) == expected

@@ -32,6 +32,11 @@ from agent_gateway.store import sqlite
 
 # Reads in flight at once per process on PostgreSQL; more wait their turn for a moment.
 POSTGRES_CONNECTIONS = 4
+# SQLite's reads map the database file (up to this much of it) instead of copying each page
+# out of the OS's cache with a read() call: a proof on a long log reads pages spread over the
+# whole file, and those calls were the tail of its latency. Address space only; what is
+# resident is the OS's page cache, shared with every process.
+SQLITE_MMAP_BYTES = 1 << 30
 # Every read here is one index lookup or range whose plan does not depend on the values.
 # A custom plan per execution (PostgreSQL's default for the first runs of a prepared
 # statement, and whenever it estimates one cheaper) probes the index for the column's
@@ -156,7 +161,7 @@ class Reader:
         async with self._opening:
             if self._sqlite is None:
                 assert self._sqlite_database is not None
-                self._sqlite = await sqlite.connect(self._sqlite_database, pragmas=("query_only=ON",))
+                self._sqlite = await sqlite.connect(self._sqlite_database, pragmas=("query_only=ON", f"mmap_size={SQLITE_MMAP_BYTES}"))
         return self._sqlite
 
     async def close(self) -> None:

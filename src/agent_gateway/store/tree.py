@@ -18,7 +18,6 @@ database work hardly depends on the size of the log.
 from __future__ import annotations
 
 import asyncio
-import collections
 import dataclasses
 import weakref
 from collections.abc import Mapping, Sequence
@@ -192,6 +191,8 @@ class _Cache:
     async def extend(self, store: Store, size: int) -> None:
         """Read the nodes of the cached levels that the tree's first ``size`` leaves complete,
         or those of the next CACHE_STEP << level leaves when that is fewer."""
+        if size <= self.cached.size:
+            return  # the usual case, without waiting for the lock
         async with self._extending:
             cached = self.cached
             if size <= cached.size:
@@ -239,6 +240,18 @@ class ProofRead:
         return self.nodes
 
 
+class _Read(dict[merkle.Node, bytes]):
+    """The nodes a proof statement read, then the cache's (a ChainMap's lookups, which run in
+    Python, took a tenth of a proof's time on a long log)."""
+
+    def __init__(self, read: Mapping[merkle.Node, bytes], cached: Mapping[merkle.Node, bytes]) -> None:
+        super().__init__(read)
+        self.cached = cached
+
+    def __missing__(self, node: merkle.Node) -> bytes:
+        return self.cached[node]
+
+
 async def _read_proof(store: Store, query: direct.Query, **params: object) -> ProofRead:
     cache = _cache(store)
     cached = cache.cached
@@ -247,7 +260,7 @@ async def _read_proof(store: Store, query: direct.Query, **params: object) -> Pr
     read = _hashes([row[:2] for row in rows if row[0] is not None])  # type: ignore[misc]
     # The next proofs take what this tree has added to the cached levels from memory.
     await cache.extend(store, int(size))  # type: ignore[call-overload]
-    return ProofRead(int(size), None if leaf is None else int(leaf), collections.ChainMap(read, cached.hashes))  # type: ignore[call-overload]
+    return ProofRead(int(size), None if leaf is None else int(leaf), _Read(read, cached.hashes))  # type: ignore[call-overload]
 
 
 async def read_inclusion(store: Store, *, seq: int, size: int | None) -> ProofRead:

@@ -11,11 +11,11 @@ O(log n) stored nodes, fetched all at once through a :data:`Fetch`.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 
 Node = tuple[int, int]
-Range = tuple[int, int]
 # Gives the stored hash of each node asked for (every one of them exists).
 Fetch = Callable[[Sequence[Node]], Awaitable[Mapping[Node, bytes]]]
 
@@ -64,67 +64,84 @@ def fold(hashes: Sequence[bytes]) -> bytes:
     return root
 
 
-def inclusion_ranges(index: int, size: int) -> list[Range]:
-    """The leaf ranges whose roots are the inclusion proof of leaf ``index`` in a tree of ``size``
-    (RFC 9162 §2.1.3.1, PATH), in proof order."""
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """The stored nodes a proof is made of, in proof order: each is one hash of the proof,
+    except ``nodes[border:border + width]``, the complete subtrees of the one range on the
+    tree's right edge that no stored node covers, which fold into one hash."""
+
+    nodes: list[Node]
+    border: int = 0
+    width: int = 1
+
+    def hashes(self, stored: Mapping[Node, bytes]) -> list[bytes]:
+        hashes = [stored[node] for node in self.nodes]
+        if self.width > 1:
+            hashes[self.border : self.border + self.width] = [fold(hashes[self.border : self.border + self.width])]
+        return hashes
+
+
+def _path(index: int, level: int, size: int) -> Plan:
+    """The audit path of the complete node ``(level, index)`` in the tree of ``size`` leaves,
+    bottom up (RFC 9162 §2.1.3.1, PATH, from that node instead of a leaf).
+
+    Up to the level where the node's path meets the path of the last leaf, every sibling is
+    a complete subtree, except the one just below it: the right-hand range up to ``size``
+    (a fold of the subtrees of that range). From there up, the path is the right edge: its
+    left siblings are complete, and a right sibling would begin past the last leaf.
+    """
+    last = (size - 1) >> level
+    meet = (index ^ last).bit_length()
+    nodes = [(level + v, (index >> v) ^ 1) for v in range(meet - 1)]
+    border, width = len(nodes), 1
+    if meet:
+        edge = subtrees(((index >> (meet - 1)) | 1) << (level + meet - 1), size)
+        nodes += edge
+        width = len(edge)
+    nodes += [(level + v, (index >> v) ^ 1) for v in range(meet, last.bit_length()) if (index >> v) & 1]
+    return Plan(nodes, border, width)
+
+
+def inclusion_plan(index: int, size: int) -> Plan:
+    """The inclusion proof of leaf ``index`` in a tree of ``size`` (RFC 9162 §2.1.3.1)."""
     if not 0 <= index < size:
         raise ValueError(f"leaf {index} is not in a tree of {size}")
-    ranges = []
-    begin, end = 0, size
-    while end - begin > 1:
-        middle = begin + _split(end - begin)
-        if index < middle:
-            ranges.append((middle, end))
-            end = middle
-        else:
-            ranges.append((begin, middle))
-            begin = middle
-    return ranges[::-1]
+    return _path(index, 0, size)
 
 
-def consistency_ranges(old: int, new: int) -> list[Range]:
-    """The leaf ranges whose roots are the consistency proof from a tree of ``old`` to one of ``new``
-    (RFC 9162 §2.1.4.1, SUBPROOF), in proof order; none when the sizes are equal."""
+def consistency_plan(old: int, new: int) -> Plan:
+    """The consistency proof from a tree of ``old`` to one of ``new`` (RFC 9162 §2.1.4.1): the
+    largest complete node that ends at ``old`` (left out when it is the old root), and its audit
+    path in the new tree; nothing when the sizes are equal."""
     if not 0 < old <= new:
         raise ValueError(f"no consistency proof from {old} to {new}")
-    ranges = []
-    begin, end, whole = 0, new, True
-    # ``old`` counts leaves from ``begin``; ``whole`` is SUBPROOF's b (the old root is known).
-    while old != end - begin:
-        middle = begin + _split(end - begin)
-        if old <= middle - begin:
-            ranges.append((middle, end))
-            end = middle
-        else:
-            ranges.append((begin, middle))
-            old -= middle - begin
-            begin, whole = middle, False
-    if not whole:
-        ranges.append((begin, end))
-    return ranges[::-1]
-
-
-async def range_roots(fetch: Fetch, ranges: Sequence[Range]) -> list[bytes]:
-    """The root of each range, from stored subtrees fetched in one call."""
-    plans = [subtrees(begin, end) for begin, end in ranges]
-    stored = await fetch(sorted({node for plan in plans for node in plan}))
-    return [fold([stored[node] for node in plan]) for plan in plans]
+    if old == new:
+        return Plan([])
+    level = (old & -old).bit_length() - 1
+    index = (old - 1) >> level
+    path = _path(index, level, new)
+    if not index:  # old is a power of two: its root is the node, which the verifier has
+        return path
+    return Plan([(level, index), *path.nodes], path.border + 1, path.width)
 
 
 async def root(fetch: Fetch, size: int) -> bytes:
     """The root hash of the tree of ``size`` leaves (RFC 9162 MTH)."""
     if size == 0:
         return EMPTY_ROOT
-    [hash_] = await range_roots(fetch, [(0, size)])
-    return hash_
+    nodes = subtrees(0, size)
+    stored = await fetch(nodes)
+    return fold([stored[node] for node in nodes])
 
 
 async def inclusion_proof(fetch: Fetch, index: int, size: int) -> list[bytes]:
-    return await range_roots(fetch, inclusion_ranges(index, size))
+    plan = inclusion_plan(index, size)
+    return plan.hashes(await fetch(plan.nodes))
 
 
 async def consistency_proof(fetch: Fetch, old: int, new: int) -> list[bytes]:
-    return await range_roots(fetch, consistency_ranges(old, new))
+    plan = consistency_plan(old, new)
+    return plan.hashes(await fetch(plan.nodes))
 
 
 def appended(frontier: Sequence[bytes], size: int, leaves: Iterable[bytes]) -> list[tuple[Node, bytes]]:
