@@ -90,11 +90,9 @@ def fill(url: str, first: int, last: int, jws_of: Callable[[int, str], str]) -> 
     for row in rows(first, last, jws_of):
         batch.append(row)
         if len(batch) == CHUNK or row[0] == last:
-            completed = merkle.appended(frontier, size, [merkle.leaf_hash(r[2].encode()) for r in batch])
+            completed, frontier = merkle.appended(frontier, size, [merkle.leaf_hash(r[2].encode()) for r in batch])
             nodes = [(tree.key(node), hash_) for node, hash_ in completed]
-            known = dict(zip(merkle.subtrees(0, size), frontier)) | dict(completed)
             size += len(batch)
-            frontier = [known[node] for node in merkle.subtrees(0, size)]
             _write(url, batch, nodes)
             batch = []
     if url.startswith("postgresql"):

@@ -63,11 +63,12 @@ class MemoryTree:
 
     def append(self, leaves: Sequence[bytes]) -> None:
         frontier = [self.nodes[node] for node in merkle.subtrees(0, self.size)]
-        completed = merkle.appended(frontier, self.size, [merkle.leaf_hash(leaf) for leaf in leaves])
+        completed, grown = merkle.appended(frontier, self.size, [merkle.leaf_hash(leaf) for leaf in leaves])
         for node, hash_ in completed:
             assert node not in self.nodes, "a node is written once"
             self.nodes[node] = hash_
         self.size += len(leaves)
+        assert grown == [self.nodes[node] for node in merkle.subtrees(0, self.size)], "the grown tree's frontier"
 
     async def fetch(self, nodes: Sequence[merkle.Node]) -> Mapping[merkle.Node, bytes]:
         self.fetched.append(len(nodes))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from pathlib import Path
 
 import orjson
@@ -73,6 +74,35 @@ async def test_every_committed_decision_is_a_leaf_in_seq_order_across_processes(
     finally:
         for store in stores:
             await store.close()
+
+
+async def test_a_publisher_reads_the_frontier_again_once_another_has_published(database_url: str) -> None:
+    """A Store grows the tree from the frontier its own last commit left, only while no other
+    publisher has come between: here two Stores take turns, one of them rolls back, and each
+    turn's tree must still be the log's."""
+    first, second = Store(database_url), Store(database_url)
+
+    class Abandon(Exception):
+        pass
+
+    async def publish(store: Store, count: int, *, commit: bool = True) -> None:
+        with contextlib.suppress(Abandon):
+            async with store.transaction() as conn:
+                await service.publish_many(conn, identity, [f"turn-{n}" for n in range(count)])
+                if not commit:
+                    raise Abandon
+
+    try:
+        for store, count, commit in [
+            (first, 3, True), (first, 2, True), (second, 5, True), (first, 1, True),
+            (first, 4, False), (first, 2, True), (second, 1, False), (second, 3, True), (first, 7, True),
+        ]:
+            await publish(store, count, commit=commit)
+            await assert_tree_is_the_log(first)
+        assert await tree.size(second) == 3 + 2 + 5 + 1 + 2 + 3 + 7
+    finally:
+        await first.close()
+        await second.close()
 
 
 def _run(url: str, coroutine_factory) -> object:  # type: ignore[no-untyped-def]

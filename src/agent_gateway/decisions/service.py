@@ -52,12 +52,13 @@ async def publish_many(conn: AsyncConnection, identity: SigningIdentity, stateme
         if not isinstance(statement, str) or not statement:
             raise errors.InvalidInput("statement must be a non-empty string")
     published = []
-    for seq, statement in zip(await queries.draw_numbers(conn, len(statements)), statements, strict=True):
+    numbers = await queries.draw_numbers(conn, len(statements))
+    for seq, statement in zip(numbers, statements, strict=True):
         created_at = clock.now_iso()
         payload = orjson.dumps({"seq": seq, "createdAt": created_at, "statement": statement})
         published.append(Decision(seq, statement, identity.sign(payload, DECISION_TYP), created_at))
     # The Merkle tree grows in the same transaction, leaves in seq order (see store.tree).
-    growth = await tree.growth(conn, [decision.jws.encode() for decision in published])
+    growth = await tree.growth(conn, numbers, [decision.jws.encode() for decision in published])
     await queries.insert(conn, published, growth)
     return published
 

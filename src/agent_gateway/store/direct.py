@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import operator
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
@@ -58,13 +59,26 @@ class Query:
         Parameters the statement holds values for itself (SQLite's ``OFFSET 0``)
         need not be given.
         """
+        sql, names, own = self._compile(dialect)
+        return sql, tuple(params[name] if name in params else own[name] for name in names)
+
+    def bind_many(self, dialect: sa.Dialect, params: Sequence[Mapping[str, Any]]) -> tuple[str, list[tuple[Any, ...]]]:
+        """:meth:`bind` for each of ``params`` (all giving the same names), the names looked up once."""
+        sql, names, own = self._compile(dialect)
+        if own.keys() - params[0].keys():
+            return sql, [self.bind(dialect, one)[1] for one in params]
+        pick = operator.itemgetter(*names)
+        if len(names) == 1:
+            return sql, [(pick(one),) for one in params]
+        return sql, [pick(one) for one in params]
+
+    def _compile(self, dialect: sa.Dialect) -> tuple[str, tuple[str, ...], dict[str, Any]]:
         try:
-            sql, names, own = self._compiled[dialect.name]
+            return self._compiled[dialect.name]
         except KeyError:
             compiled = self.statement.compile(dialect=dialect)
-            sql, names, own = str(compiled), tuple(compiled.positiontup or ()), dict(compiled.params)
-            self._compiled[dialect.name] = (sql, names, own)
-        return sql, tuple(params[name] if name in params else own[name] for name in names)
+            self._compiled[dialect.name] = (str(compiled), tuple(compiled.positiontup or ()), dict(compiled.params))
+            return self._compiled[dialect.name]
 
 
 async def run(conn: AsyncConnection, query: Query, **params: Any) -> Sequence[Sequence[Any]]:
@@ -84,8 +98,7 @@ async def run(conn: AsyncConnection, query: Query, **params: Any) -> Sequence[Se
 
 async def run_many(conn: AsyncConnection, query: Query, params: Sequence[Mapping[str, Any]]) -> None:
     """``query`` run once for each of ``params``, in order, in the transaction of ``conn`` (no rows)."""
-    values = [query.bind(conn.dialect, one)[1] for one in params]
-    sql = query.bind(conn.dialect, params[0])[0]
+    sql, values = query.bind_many(conn.dialect, params)
     if conn.dialect.name == "postgresql":
         async with _in_transaction(conn) as driver:
             await driver.executemany(sql, values)
@@ -93,6 +106,14 @@ async def run_many(conn: AsyncConnection, query: Query, params: Sequence[Mapping
     cursor = conn.sync_connection.connection.driver_connection.cursor()
     async with cursor:
         await cursor.executemany(sql, values)
+
+
+async def run_sqlite(conn: AsyncConnection, sql: str, values: Sequence[Any]) -> None:
+    """``sql`` with its positional ``values`` in the SQLite transaction of ``conn`` (no rows): for a
+    statement whose text follows the data (a multi-row VALUES list), which a :class:`Query` cannot be."""
+    cursor = conn.sync_connection.connection.driver_connection.cursor()
+    async with cursor:
+        await cursor.execute(sql, values)
 
 
 @contextlib.asynccontextmanager

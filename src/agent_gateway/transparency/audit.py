@@ -103,9 +103,7 @@ class Auditor:
             self._check_signature(decision)
             leaves.append(merkle.leaf_hash(decision["jws"].encode()))
             last_seq = decision["seq"]
-        known = dict(zip(merkle.subtrees(0, state.size), state.frontier))
-        known.update(merkle.appended(state.frontier, state.size, leaves))
-        frontier = [known[node] for node in merkle.subtrees(0, checkpoint.size)]
+        _, frontier = merkle.appended(state.frontier, state.size, leaves)
         root = merkle.fold(frontier) if frontier else merkle.EMPTY_ROOT
         if root != checkpoint.root:
             self._find_rewritten(state, checkpoint)

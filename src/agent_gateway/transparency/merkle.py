@@ -144,22 +144,30 @@ async def consistency_proof(fetch: Fetch, old: int, new: int) -> list[bytes]:
     return plan.hashes(await fetch(plan.nodes))
 
 
-def appended(frontier: Sequence[bytes], size: int, leaves: Iterable[bytes]) -> list[tuple[Node, bytes]]:
+def appended(frontier: Sequence[bytes], size: int, leaves: Iterable[bytes]) -> tuple[list[tuple[Node, bytes]], list[bytes]]:
     """The nodes that appending ``leaves`` (leaf hashes) to a tree of ``size`` completes, leaves
-    included, in order; ``frontier`` holds the hashes of ``subtrees(0, size)``."""
-    stack = list(zip(subtrees(0, size), frontier, strict=True))
+    included, in order, and the frontier of the grown tree; ``frontier`` holds the hashes of
+    ``subtrees(0, size)``."""
+    # The frontier as a stack, its subtrees' levels beside their hashes, the smallest on top.
+    levels = [level for level, _ in subtrees(0, size)]
+    hashes = list(frontier)
+    if len(levels) != len(hashes):
+        raise ValueError(f"a tree of {size} has a frontier of {len(levels)} subtrees, not {len(hashes)}")
     completed = []
     for hash_ in leaves:
-        node = (0, size)
+        level, index = 0, size
         size += 1
-        completed.append((node, hash_))
+        completed.append(((0, index), hash_))
         # Two neighbours of one level make a complete node of the next (they are its halves).
-        while len(stack) and stack[-1][0][0] == node[0]:
-            (level, index), left = stack.pop()
-            node, hash_ = (level + 1, index >> 1), node_hash(left, hash_)
-            completed.append((node, hash_))
-        stack.append((node, hash_))
-    return completed
+        while levels and levels[-1] == level:
+            levels.pop()
+            hash_ = node_hash(hashes.pop(), hash_)
+            level, index = level + 1, index >> 1
+            completed.append(((level, index), hash_))
+        levels.append(level)
+        hashes.append(hash_)
+    # What is left is the grown tree's subtrees(0, size), left to right.
+    return completed, hashes
 
 
 def root_from_inclusion(index: int, size: int, leaf: bytes, proof: Sequence[bytes]) -> bytes:

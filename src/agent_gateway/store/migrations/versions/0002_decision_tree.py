@@ -48,12 +48,10 @@ def _build_tree(bind: sa.Connection) -> None:
         ).all()
         if not rows:
             return
-        completed = merkle.appended(frontier, size, [merkle.leaf_hash(jws.encode()) for _, jws in rows])
+        completed, frontier = merkle.appended(frontier, size, [merkle.leaf_hash(jws.encode()) for _, jws in rows])
         bind.execute(set_leaf, [{'number': seq, 'leaf': size + offset} for offset, (seq, _) in enumerate(rows)])
         bind.execute(nodes.insert(), [{'node': _key(level, index), 'hash': hash_} for (level, index), hash_ in completed])
-        known = dict(completed) | dict(zip(merkle.subtrees(0, size), frontier))
         size += len(rows)
-        frontier = [known[node] for node in merkle.subtrees(0, size)]
         after = rows[-1][0]
 
 
