@@ -49,7 +49,10 @@ async def test_a_once_schedule_fires_through_a_running_gateway(
     gateway: served.ServedGateway, database_url: str
 ) -> None:
     at = clock.format_instant(clock.now() + timedelta(seconds=5))
-    async with httpx.AsyncClient(base_url=gateway.agent_url) as agent:
+    # The client waits about as long as the server keeps an idle connection (http.idle_timeout_ms,
+    # 5 s): it must not reuse one the server may be closing at that moment (httpx's default
+    # expiry is those same 5 s), so it drops its own idle connections well before.
+    async with httpx.AsyncClient(base_url=gateway.agent_url, limits=httpx.Limits(keepalive_expiry=1)) as agent:
         response = await agent.put(
             "/schedules/e2e-once", json={"spec": {"kind": "once", "at": at}, "data": {"hello": "world"}}
         )
