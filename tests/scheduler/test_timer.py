@@ -164,10 +164,12 @@ async def test_fire_lateness_is_observed_once_per_committed_fire(
     # Any write wakes the sleeping timer, which finds "s" due.
     await agent.put("/schedules/far", json={"spec": {"kind": "once", "at": "2100-01-01T00:00:00Z"}})
 
-    async def signalled() -> bool:
-        return len(await fired(gateway.store)) == 1
+    async def signalled_and_observed() -> bool:
+        # The timer observes a fire once its transaction has committed, which a reader of the
+        # Signal may see before the timer's task goes on: wait for both.
+        return len(await fired(gateway.store)) == 1 and observed()[0] > count
 
-    await eventually(signalled)
+    await eventually(signalled_and_observed)
     assert failures == [1]
     # Fired 45 minutes into a Schedule due after 30: 15 minutes late, counted once.
     assert observed() == (count + 1, pytest.approx(total + 900))
