@@ -91,9 +91,7 @@ async def run(conn: AsyncConnection, query: Query, **params: Any) -> Sequence[Se
     if conn.dialect.name == "postgresql":
         async with _in_transaction(conn) as driver:
             return await driver.fetch(sql, *values)
-    cursor = conn.sync_connection.connection.driver_connection.cursor()
-    async with cursor:
-        return await (await cursor.execute(sql, values)).fetchall()
+    return await run_sqlite(conn, sql, values)
 
 
 async def run_many(conn: AsyncConnection, query: Query, params: Sequence[Mapping[str, Any]]) -> None:
@@ -108,12 +106,13 @@ async def run_many(conn: AsyncConnection, query: Query, params: Sequence[Mapping
         await cursor.executemany(sql, values)
 
 
-async def run_sqlite(conn: AsyncConnection, sql: str, values: Sequence[Any]) -> None:
-    """``sql`` with its positional ``values`` in the SQLite transaction of ``conn`` (no rows): for a
-    statement whose text follows the data (a multi-row VALUES list), which a :class:`Query` cannot be."""
+async def run_sqlite(conn: AsyncConnection, sql: str, values: Sequence[Any]) -> Sequence[Sequence[Any]]:
+    """The rows (if any) of ``sql`` with its positional ``values`` in the SQLite transaction of
+    ``conn``; for a statement whose text follows the data (a multi-row VALUES list), which a
+    :class:`Query` cannot be."""
     cursor = conn.sync_connection.connection.driver_connection.cursor()
     async with cursor:
-        await cursor.execute(sql, values)
+        return await (await cursor.execute(sql, values)).fetchall()
 
 
 @contextlib.asynccontextmanager
