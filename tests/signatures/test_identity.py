@@ -9,10 +9,11 @@ import orjson
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed448, rsa, x25519
+from joserfc.util import urlsafe_b64decode
 
 from agent_gateway import config
 from agent_gateway.gateway import Gateway
-from agent_gateway.signatures import keys
+from agent_gateway.signatures import jose, keys
 from agent_gateway.signatures.identity import AlgorithmMismatch, SigningIdentity, SigningKeyError
 
 from tests.signatures.helpers import independent_verify, segments
@@ -82,6 +83,16 @@ def test_other_keys_sign_with_a_configured_algorithm(kind: str, algorithm: str, 
     assert verified is not None and verified.header == {"alg": algorithm, "typ": "t"}
     (jwk,) = identity.jwks()["keys"]
     assert jwk["kty"] == kty
+
+
+@pytest.mark.parametrize("pem", [keys.generate_pem("ed25519"), REFUSED_WITHOUT_ALGORITHM["Ed448"]()], ids=["Ed25519", "Ed448"])
+def test_edwards_keys_sign_straight_as_joserfc_would(pem: bytes) -> None:
+    # EdDSA is deterministic: the signature made straight with cryptography is joserfc's, byte for byte.
+    identity = SigningIdentity(pem, "EdDSA")
+    header, payload, signature = identity.sign(b'{"statement":"x"}', "t").split(".")
+    expected = jose.algorithm("EdDSA").sign(f"{header}.{payload}".encode(), identity.key)
+    assert urlsafe_b64decode(signature.encode()) == expected
+    assert identity.verify(f"{header}.{payload}.{signature}") is not None
 
 
 @pytest.mark.parametrize("curve", [ec.BrainpoolP256R1(), ec.SECP224R1(), ec.BrainpoolP384R1()])
