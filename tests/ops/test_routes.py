@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import uuid
 
@@ -153,6 +154,23 @@ async def test_metrics_move_with_requests(
     assert "agent_gateway_runs_total" in after or "# TYPE agent_gateway_runs counter" in after
     assert "agent_gateway_schedule_fire_lateness_seconds_count" in after
     assert "agent_gateway_message_write_conflicts_total" in after
+
+
+async def test_decisions_are_counted_once_each_when_their_batch_commits(
+    gateway: Gateway, ops: httpx.AsyncClient, agent: httpx.AsyncClient
+) -> None:
+    before = await scrape(ops)
+    # Concurrent publishes share transactions (store.batch), counted per batch at its commit.
+    answers = await asyncio.gather(*(agent.post("/decisions", json={"statement": f"d{i}"}) for i in range(24)))
+    assert [answer.status_code for answer in answers] == [201] * 24
+    # A refused Statement and a batch that rolls back count nothing.
+    assert (await agent.post("/decisions", json={"statement": ""})).status_code == 400
+    with pytest.raises(RuntimeError):
+        async with gateway.store.transaction() as conn:
+            await gateway.publisher._publish_many(conn, ["rolled back"])
+            raise RuntimeError("roll back")
+    after = await scrape(ops)
+    assert value(after, "agent_gateway_decisions_total") - value(before, "agent_gateway_decisions_total") == 24
 
 
 def test_no_ops_listener_no_ops_app_and_nothing_in_front_of_the_servers(settings: config.Settings) -> None:

@@ -7,6 +7,7 @@ or removes a Decision, and publishing one emits no Signal.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import orjson
@@ -20,7 +21,7 @@ from agent_gateway.store import decisions as queries
 from agent_gateway.store import tree
 from agent_gateway.store.batch import Batcher
 from agent_gateway.store.decisions import Decision
-from agent_gateway.store.engine import Store
+from agent_gateway.store.engine import Store, on_commit
 from agent_gateway.store.window import Window
 
 __all__ = ["Decision", "DecisionNotFound", "Publisher", "get", "publish", "publish_many", "read"]
@@ -72,12 +73,13 @@ class Publisher:
 
     async def publish(self, statement: str) -> Decision:
         """:func:`publish` in a transaction of its own, shared with whoever publishes at the same time."""
-        decision = await self._batcher.submit(statement)
-        metrics.decisions.inc()
-        return decision
+        return await self._batcher.submit(statement)
 
     async def _publish_many(self, conn: AsyncConnection, statements: Sequence[str]) -> list[Decision]:
-        return await publish_many(conn, self._identity, statements)
+        published = await publish_many(conn, self._identity, statements)
+        # Counted once a batch commits, in one increment (each takes prometheus_client's lock).
+        on_commit(conn, functools.partial(metrics.decisions.inc, len(published)))
+        return published
 
 
 async def get(store: Store, seq: int) -> Decision:
