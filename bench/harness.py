@@ -21,7 +21,7 @@ from pathlib import Path
 import asyncpg
 import orjson
 
-from tests.served import ServedGateway
+from tests.served import SRC, ServedGateway
 
 POSTGRES_ADMIN = "postgresql://postgres@127.0.0.1:5432/test"
 WRK_THREADS = 1
@@ -134,11 +134,12 @@ def database(backend: str, directory: Path) -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def gateway(backend: str, env: dict[str, str] | None = None) -> Iterator[ServedGateway]:
-    """A real ``agent-gateway serve`` (made by ``init``) on free loopback ports."""
+def gateway(backend: str, env: dict[str, str] | None = None, src: Path = SRC) -> Iterator[ServedGateway]:
+    """A real ``agent-gateway serve`` (made by ``init``) on free loopback ports; the code is this
+    checkout's, or that of the checkout whose ``src`` is given."""
     with tempfile.TemporaryDirectory(prefix="agw-bench-") as tmp:
         directory = Path(tmp)
         with database(backend, directory) as url:
             settings = {"AGENT_GATEWAY_LOG_LEVEL": "WARNING", **(env or {})}
-            with ServedGateway.start(directory / "deployment", url, settings) as served:
+            with ServedGateway.start(directory / "deployment", url, settings, src=src) as served:
                 yield served

@@ -41,9 +41,10 @@ def init_demo(directory: Path, database_url: str) -> tuple[dict[str, str], subpr
     return env, init
 
 
-def cli_env(config: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
+def cli_env(config: Path, extra: dict[str, str] | None = None, src: Path = SRC) -> dict[str, str]:
+    """The environment of the gateway code in ``src`` (this checkout's, or another's for a benchmark)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENT_GATEWAY_")}
-    env["PYTHONPATH"] = str(SRC) + os.pathsep + env.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = str(src) + os.pathsep + env.get("PYTHONPATH", "")
     env["AGENT_GATEWAY_CONFIG"] = str(config)
     # Never the default ops port: tests (and other checkouts' tests) serve side by side.
     env["AGENT_GATEWAY_OPS_LISTEN"] = f"127.0.0.1:{free_port()}"
@@ -51,11 +52,13 @@ def cli_env(config: Path, extra: dict[str, str] | None = None) -> dict[str, str]
     return env
 
 
-def run_cli(*args: str, config: Path, input: str | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """Run ``agent-gateway ARGS`` as a subprocess of this checkout's code."""
+def run_cli(
+    *args: str, config: Path, input: str | None = None, env: dict[str, str] | None = None, src: Path = SRC
+) -> subprocess.CompletedProcess[str]:
+    """Run ``agent-gateway ARGS`` as a subprocess of this checkout's code (or that in ``src``)."""
     return subprocess.run(
         [sys.executable, "-m", "agent_gateway", *args],
-        env=cli_env(config, env),
+        env=cli_env(config, env, src),
         input=input,
         capture_output=True,
         text=True,
@@ -78,9 +81,15 @@ class ServedGateway:
     @classmethod
     @contextlib.contextmanager
     def start(
-        cls, directory: Path, database_url: str, env: dict[str, str] | None = None, *, descriptors: int | None = None
+        cls,
+        directory: Path,
+        database_url: str,
+        env: dict[str, str] | None = None,
+        *,
+        descriptors: int | None = None,
+        src: Path = SRC,
     ) -> Iterator[ServedGateway]:
-        result = run_cli("init", str(directory), config=directory / "gateway.toml")
+        result = run_cli("init", str(directory), config=directory / "gateway.toml", src=src)
         assert result.returncode == 0, result.stderr
         extra = {
             "AGENT_GATEWAY_DATABASE_URL": database_url,
@@ -90,7 +99,7 @@ class ServedGateway:
             "AGENT_GATEWAY_AUTH_SCRYPT_LOGN": "10",
             **(env or {}),
         }
-        gateway = cls.spawn(directory, extra, descriptors=descriptors)
+        gateway = cls.spawn(directory, extra, descriptors=descriptors, src=src)
         try:
             yield gateway
         finally:
@@ -98,12 +107,19 @@ class ServedGateway:
 
     @classmethod
     def spawn(
-        cls, directory: Path, extra: dict[str, str], args: tuple[str, ...] = (), *, descriptors: int | None = None
+        cls,
+        directory: Path,
+        extra: dict[str, str],
+        args: tuple[str, ...] = (),
+        *,
+        descriptors: int | None = None,
+        src: Path = SRC,
     ) -> ServedGateway:
         """``serve ARGS`` (``--role api``, say) with the deployment's config and ``extra`` variables,
-        in a process group of its own (stopped whole); ``descriptors`` sets its RLIMIT_NOFILE."""
+        in a process group of its own (stopped whole); ``descriptors`` sets its RLIMIT_NOFILE; the
+        code is this checkout's unless ``src`` names another's."""
         log = directory / f"serve-{time.monotonic_ns()}.log"
-        env = cli_env(directory / "gateway.toml", extra)
+        env = cli_env(directory / "gateway.toml", extra, src)
 
         def limit() -> None:
             if descriptors is not None:
