@@ -118,10 +118,9 @@ def publish_against(backend: str, duration: int, workers: int, other: Path, roun
         runs: dict[str, list[tuple[float, float]]] = {"this": [], "that": []}
         for number in range(rounds):
             for name in ("this", "that") if number % 2 == 0 else ("that", "this"):
-                pid = gateways[name].process.pid
-                before = harness.cpu_s(pid)
-                result = harness.wrk(gateways[name].agent_url + "/decisions", lua, duration_s=duration)
-                runs[name].append((result.requests_per_s, (harness.cpu_s(pid) - before) / result.requests * 1e6))
+                served = gateways[name]
+                result, cpu = harness.wrk_cpu(served.process.pid, served.agent_url + "/decisions", lua, duration_s=duration)
+                runs[name].append((result.requests_per_s, cpu))
             print(
                 f"[{backend}] round {number + 1}: "
                 + "   ".join(f"{name} {runs[name][-1][0]:7,.0f} req/s, CPU {runs[name][-1][1]:5.1f} µs/request" for name in runs)

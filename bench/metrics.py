@@ -175,9 +175,7 @@ def main() -> None:
             for route in ROUTES:
                 for mode in order:
                     url, lua = clients[mode][route]
-                    before = harness.cpu_s(pids[mode])
-                    result = harness.wrk(url, lua, duration_s=args.duration)
-                    per_request = (harness.cpu_s(pids[mode]) - before) / result.requests * 1e6
+                    result, per_request = harness.wrk_cpu(pids[mode], url, lua, duration_s=args.duration)
                     print(
                         result.line(f"round {number + 1}, metrics {mode:<3} {route}") + f"   {per_request:5.0f} us CPU/req",
                         flush=True,

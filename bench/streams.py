@@ -136,8 +136,7 @@ async def hold_idle_streams(served: ServedGateway, admitted: list[tuple[str, str
 
 
 def users_me(served: ServedGateway, token: str, duration: int, profile: Path | None = None) -> tuple[harness.WrkResult, float]:
-    """wrk on ``GET /users/me``, and the server's CPU per request in microseconds: the
-    machine's other load moves that far less than the requests per second (``bench.metrics``).
+    """wrk on ``GET /users/me``, and the server's CPU per request in microseconds (``harness.wrk_cpu``).
 
     With ``profile``, py-spy samples the server meanwhile into that file (its raw,
     collapsed-stack format).
@@ -147,13 +146,11 @@ def users_me(served: ServedGateway, token: str, duration: int, profile: Path | N
     if profile is not None:
         command = [str(Path(sys.executable).with_name("py-spy")), "record", "-p", str(served.process.pid), "-f", "raw", "-o", str(profile), "-d", str(duration)]
         spy = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    before = harness.cpu_s(served.process.pid)
     try:
-        result = harness.wrk(f"{served.public_url}/users/me", lua, duration_s=duration)
+        return harness.wrk_cpu(served.process.pid, f"{served.public_url}/users/me", lua, duration_s=duration)
     finally:
         if spy is not None:
             spy.wait()
-    return result, (harness.cpu_s(served.process.pid) - before) / result.requests * 1e6
 
 
 def round_order(rounds: int) -> list[bool]:
