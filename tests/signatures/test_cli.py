@@ -12,6 +12,7 @@ import pytest
 from agent_gateway.signatures import keys
 from agent_gateway.signatures.identity import SigningIdentity
 
+from tests.foundation.test_cli import one_error_line
 from tests.served import ServedGateway, run_cli
 from tests.signatures.helpers import independent_verify, segments
 
@@ -127,8 +128,13 @@ def test_a_served_gateway_s_artifacts_verify_offline_against_its_jwks_url(served
         result = run_cli("verify", jws, "--jwks", jwks_url, config=nowhere)
         assert result.returncode == 0, result.stderr
         assert orjson.loads(result.stdout)["payload"] == payload
-    unreachable = run_cli("verify", statement, "--jwks", "http://127.0.0.1:9/jwks.json", config=nowhere)
-    assert unreachable.returncode == 1 and "cannot fetch" in unreachable.stderr
+    unreachable = one_error_line(run_cli("verify", statement, "--jwks", "http://127.0.0.1:9/jwks.json", config=nowhere))
+    assert unreachable.startswith("agent-gateway: error: cannot fetch http://127.0.0.1:9/jwks.json: ")
+    # A URL that answers with an error: its status, on one line (not httpx's two).
+    missing = f"{served_gateway.agent_url}/jwks.json"
+    assert one_error_line(run_cli("verify", statement, "--jwks", missing, config=nowhere)) == (
+        f"agent-gateway: error: cannot fetch {missing}: it answered 404"
+    )
 
 
 @pytest.mark.e2e

@@ -61,6 +61,11 @@ def test_an_honest_log_audits_from_nothing_and_then_only_what_is_new(served_gate
     jwks = tmp_path / "jwks.json"
     jwks.write_bytes(httpx.get(f"{gateway.public_url}/jwks.json", timeout=60).content)
     assert audited(audit(gateway, "--jwks", str(jwks), url=gateway.agent_url))["audited"] == 8
+    # Without --jwks the audit of the Agent server says so, on one line, and remembers nothing.
+    untold = tmp_path / "untold-state.json"
+    line = one_error_line(audit(gateway, "--state", str(untold), url=gateway.agent_url))
+    assert f"{gateway.agent_url}/jwks.json: it answered 404" in line and "give --jwks" in line
+    assert not untold.exists()
     # Without the Token the Public server answers 401: one line, exit 1.
     line = one_error_line(audit(gateway))
     assert "checkpoint" in line and "401" in line

@@ -41,7 +41,9 @@ def audit(
     try:
         keys = verifier.load_jwk_set(jwks or f"{base}/jwks.json")
     except verifier.JwkSetError as exc:
-        raise fail(str(exc)) from None
+        # The likely cause: URL is the Agent server, which serves no JWK Set.
+        hint = "" if jwks else " (an Agent server has none: give --jwks FILE_OR_URL, e.g. the Public server's /jwks.json)"
+        raise fail(f"{exc}{hint}") from None
     try:
         remembered = audits.load_state(state.read_bytes() if state is not None and state.exists() else None)
         with httpx.Client(base_url=base, headers=headers, timeout=audits.TIMEOUT_S) as client:

@@ -31,9 +31,11 @@ def load_jwk_set(source: str) -> list[Key]:
 
         try:
             response = httpx.get(source, timeout=FETCH_TIMEOUT_S, follow_redirects=True)
-            response.raise_for_status()
         except httpx.HTTPError as exc:
             raise JwkSetError(f"cannot fetch {source}: {exc}") from None
+        # Not raise_for_status(): its message runs over two lines, and errors here are one.
+        if response.status_code != 200:
+            raise JwkSetError(f"cannot fetch {source}: it answered {response.status_code}")
         content = response.content
     else:
         try:
