@@ -147,3 +147,20 @@ def test_the_largest_costs_are_accepted():
     assert ScryptCost(log_n=20, block_size=8, parallelism=1).memory_bytes == 128 * 8 * (2**20 + 3)
     ScryptCost(log_n=20, block_size=15, parallelism=1)
     ScryptCost(log_n=1, block_size=1, parallelism=1000)
+
+
+@pytest.mark.skipif(not hasattr(__import__("ctypes").CDLL(None), "mallopt"), reason="glibc only")
+async def test_a_derivation_reuses_its_memory_instead_of_faulting_it_in_again():
+    import resource
+
+    # The default cost: a buffer just over 32 MiB (8,193 pages), past the largest glibc
+    # would ever serve from an arena by itself.
+    cost = ScryptCost()
+    for _ in range(4):  # every pool thread has derived once
+        await asyncio.gather(*(passwords.derive("warm", cost) for _ in range(passwords._cores())))
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for _ in range(3):
+        await passwords.derive("again", cost)
+    faults = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / 3
+    # A fresh mapping per derivation faults every page of the buffer in; a kept one, next to none.
+    assert faults < 1000
