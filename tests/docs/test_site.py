@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import html
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -47,6 +48,8 @@ def test_the_settings_reference_holds_every_setting(site: Path) -> None:
     for key in config._KEYS:
         assert f"<code>{key.dotted}</code>" in text
         assert f"<code>{key.env}</code>" in text
+    # The settings' texts link to pages from the site's root; the hook made them relative.
+    assert '<a href="../../operate/logs/">Logs</a>' in text
 
 
 def test_the_cli_reference_holds_every_command_and_option(site: Path) -> None:
@@ -88,8 +91,15 @@ def documented_invocations() -> list[tuple[str, str]]:
         for block in pages.shell_blocks(path.read_text()):
             for line in pages.shell_lines(block):
                 for args in pages.invocations(line):
-                    found.append((str(path.relative_to(pages.ROOT)), " ".join(args)))
+                    found.append((str(path.relative_to(pages.ROOT)), shlex.join(args)))
     return found
+
+
+def test_the_pages_show_many_command_lines() -> None:
+    # Guards the extraction below: a change of fence or prompt style must not make it find nothing.
+    found = documented_invocations()
+    assert len(found) >= 30
+    assert {"docs/start/tour.md", "docs/users/auditing.md", "docs/operate/users.md"} <= {page for page, _ in found}
 
 
 @pytest.mark.parametrize(("page", "line"), documented_invocations())
