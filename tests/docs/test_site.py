@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import html
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -87,12 +88,20 @@ def test_the_http_references_hold_every_route_of_their_server(site: Path, page: 
 
 def documented_invocations() -> list[tuple[str, str]]:
     found = []
-    for path in pages.pages():
+    for path in [*pages.pages(), pages.ROOT / "README.md"]:
         for block in pages.shell_blocks(path.read_text()):
             for line in pages.shell_lines(block):
                 for args in pages.invocations(line):
                     found.append((str(path.relative_to(pages.ROOT)), shlex.join(args)))
     return found
+
+
+def test_the_readme_links_to_files_that_exist() -> None:
+    # GitHub shows the README outside the site, so its links are to the pages' files.
+    links = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", (pages.ROOT / "README.md").read_text())
+    local = [link for link in links if "://" not in link]
+    assert len(local) >= 10
+    assert [link for link in local if not (pages.ROOT / link).is_file()] == []
 
 
 def test_the_pages_show_many_command_lines() -> None:
