@@ -52,8 +52,10 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
 
 
 def cell(text: str) -> str:
-    """Text that fits in one Markdown table cell."""
-    return " ".join(text.split()).replace("|", "\\|")
+    """Text that fits in one Markdown table cell: a pipe is escaped, except in a code span,
+    where Python-Markdown's tables keep it (and would show the backslash)."""
+    parts = re.split(r"(`+[^`]*`+)", " ".join(text.split()))
+    return "".join(part if part.startswith("`") else part.replace("|", "\\|") for part in parts)
 
 
 # -- settings ----------------------------------------------------------------------------------
@@ -94,7 +96,7 @@ def command_sections(command: Any, ctx: Any) -> Iterator[str]:
     records = [record for record in records if record is not None]
     if records:
         yield "| argument or option | meaning |\n|---|---|"
-        yield from (f"| `{cell(names)}` | {cell(meaning)} |" for names, meaning in records)
+        yield from (f"| {cell(f'`{names}`')} | {cell(meaning)} |" for names, meaning in records)
         yield ""
     subcommands = getattr(command, "list_commands", None)
     if subcommands is None:
@@ -218,7 +220,7 @@ def type_name(schema: dict[str, Any], schemas: dict[str, Any]) -> str:
     if kind == "array":
         return "array of " + type_name(schema.get("items", {}), schemas)
     if "enum" in schema:
-        return " \\| ".join(f"`{json.dumps(value)}`" for value in schema["enum"])
+        return " or ".join(f"`{json.dumps(value)}`" for value in schema["enum"])
     if "const" in schema:
         return f"`{json.dumps(schema['const'])}`"
     if kind is None:
