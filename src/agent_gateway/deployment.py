@@ -77,7 +77,7 @@ RUNTIME_TEMPLATE = """
 # The agent program: argv, no shell. It calls the Agent server at $AGENT_SERVER_URL.
 command = [@PYTHON@, "-m", "agent_gateway.runtimes.echo"]
 # "persistent": started once and handed one Run at a time as JSON lines on stdin/stdout
-# (see the README). "per-run": started for each Run, with the Prompt on stdin and
+# (docs/agents/runtimes.md). "per-run": started for each Run, with the Prompt on stdin and
 # {session}, {run_id} and {signal_id} in an argument replaced per Run.
 mode = "persistent"
 # Its working directory (the Workspace), created when missing.

@@ -1,4 +1,4 @@
-"""The README's 15-line agent speaks the persistent runtime's protocol, as documented."""
+"""The 15-line agent of docs/agents/runtimes.md speaks the persistent runtime's protocol, as documented."""
 
 from __future__ import annotations
 
@@ -16,19 +16,19 @@ from tests.runtimes.test_echo import USER, AgentServer, agent_server
 
 __all__ = ["agent_server"]
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "agents" / "runtimes.md"
 
 
-def readme_agent() -> str:
-    text = README.read_text()
+def page_agent() -> str:
+    text = PAGE.read_text()
     after = text.index("A complete agent in 15 lines")
     match = re.search(r"```python\n(.*?)```", text[after:], re.DOTALL)
     assert match is not None
     return match[1]
 
 
-async def test_the_readme_agent_answers_and_fails_runs(agent_server: AgentServer, tmp_path: Path) -> None:
-    source = readme_agent()
+async def test_the_documented_agent_answers_and_fails_runs(agent_server: AgentServer, tmp_path: Path) -> None:
+    source = page_agent()
     assert len(source.splitlines()) <= 15
     script = tmp_path / "agent.py"
     script.write_text(source)
