@@ -241,7 +241,10 @@ def _list(item: Callable[[Any], Any]) -> Callable[[Any], tuple[Any, ...]]:
     """A list (TOML, or JSON in the environment) of values each parsed by ``item``."""
 
     def parse(value: Any) -> tuple[Any, ...]:
-        items = _json_or(list)(value)
+        try:
+            items = _json_or(list)(value)
+        except ValueError:
+            raise ValueError("must be a list (in an environment variable, a JSON list)") from None
         try:
             return tuple(item(entry) for entry in items)
         except ValueError as exc:

@@ -151,3 +151,27 @@ def test_a_listed_host_is_reached_through_the_proxy_and_nothing_else(
         assert f"egress refused: 127.0.0.1:{other} is not in runtime.allow_hosts" in gateway.output()
         metrics = served.httpx.get(f"{gateway.ops_url}/metrics").text
         assert "agent_gateway_sandbox_egress_refused_total 1.0" in metrics
+
+
+def test_the_confined_agent_gets_a_minimal_environment_and_the_names_of_env_pass(
+    bwrap: str, database_url: str, tmp_path: Path
+) -> None:
+    env = {
+        **agent_env("trying_agent.py", "per-run", env_pass=["OPENAI_API_KEY"]),
+        "OPENAI_API_KEY": "sk-for-the-agent",
+        "PGPASSWORD": "for-the-gateway-only",
+        "LC_ALL": "C.UTF-8",
+    }
+    deployment = tmp_path / "deployment"
+    with served.ServedGateway.start(deployment, database_url, env) as gateway:
+        conversation = Conversation(gateway)
+        conversation.say("environment")
+        seen = json.loads(conversation.answer())
+    assert seen["OPENAI_API_KEY"] == "sk-for-the-agent"
+    assert seen["LC_ALL"] == "C.UTF-8"
+    assert seen["HOME"] == str((deployment / "workspace").resolve())
+    assert seen["AGENT_SERVER_URL"] == f"http://{gateway.env['AGENT_GATEWAY_AGENT_LISTEN']}"
+    assert "PGPASSWORD" not in seen and "HTTP_PROXY" not in seen  # no egress listed: no proxy
+    assert sorted(name for name in seen if name.startswith("AGENT_GATEWAY_")) == [
+        "AGENT_GATEWAY_RUN_ID", "AGENT_GATEWAY_SESSION", "AGENT_GATEWAY_SIGNAL_ID",
+    ]

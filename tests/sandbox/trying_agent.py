@@ -5,7 +5,8 @@ header) are one of: ``hello`` (answers ``hello``), ``egress ALLOWED OTHER``
 (fetches both ``http://`` URLs through ``$HTTP_PROXY``, and ALLOWED directly,
 and answers with the outcomes as JSON), ``fork`` (starts processes until one
 is refused, stops them, and fails its Run saying how many it had), ``memory``
-(allocates 16 MiB blocks until refused, and fails its Run).
+(allocates 16 MiB blocks until refused, and fails its Run), ``environment``
+(answers with its environment as JSON).
 """
 
 import json
@@ -68,6 +69,8 @@ def handle(run: Run, client: Client) -> None:
             "proxy": proxy,
         }
         client.send_message(user, json.dumps(outcome))
+    elif words[0] == "environment":
+        client.send_message(user, json.dumps(dict(os.environ)))
     elif words[0] == "fork":
         fork()
     elif words[0] == "memory":
