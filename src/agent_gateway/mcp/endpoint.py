@@ -33,6 +33,7 @@ from agent_gateway.mcp import tools
 PATH = "/mcp"
 # The in-process requests' base URL: never resolved, only parsed.
 _INTERNAL_URL = "http://agent-server"
+_POST_ONLY = "this MCP endpoint is stateless: it takes POST only (no session to end, no stream to open)"
 
 
 class Endpoint:
@@ -67,6 +68,13 @@ class Endpoint:
             except errors.InvalidInput as exc:
                 await http_errors.response_for(exc)(scope, receive, send)
                 return
+        if scope["method"] != "POST":
+            # Stateless: no session to end (DELETE) and no server-initiated message, so no
+            # stream to open (GET; the SDK would hold one open, empty, as long as the client
+            # waits). MCP's answer to both is 405.
+            response = http_errors.error_response(405, _POST_ONLY, {"Allow": "POST"})
+            await response(scope, receive, send)
+            return
         await self.manager.handle_request(scope, receive, send)
 
     async def start(self) -> None:
