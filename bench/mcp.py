@@ -5,16 +5,19 @@
 Each backend gets a fresh real gateway (``bench.harness``: ``init``, then
 ``serve``, one process). For ``publish_decision`` (``POST /decisions``),
 ``send_message`` (``POST /messages``) and ``read_decisions`` (``GET
-/decisions``), it makes ``--calls`` sequential calls in each of three ways,
-in alternating rounds (route, raw MCP, SDK client, route, ...) so that the
-machine's load falls on all three alike:
+/decisions``), it makes ``--calls`` sequential calls in each of four ways,
+in alternating rounds (route, raw MCP, SDK client, SDK client with the
+handshake, route, ...) so that the machine's load falls on all of them alike:
 
 - ``route``: the HTTP route, with ``bench.rawhttp`` (a kept-alive raw HTTP/1.1 client);
 - ``mcp raw``: the tool through ``/mcp`` with the same raw client, one kept-alive
   connection, the ``tools/call`` request written by the SDK's types (the
   2025-11-25 protocol, as agent CLIs speak it): what the server adds;
 - ``mcp sdk``: the tool with the official SDK's client (``mcp.Client``, its
-  default protocol negotiation): what an agent sees, the client's own cost included.
+  default negotiation: the 2026-07-28 protocol, one self-contained request a
+  call): what an agent sees, the client's own cost included;
+- ``mcp sdk hs``: the same client made to use the initialize handshake
+  (``mode="legacy"``), as agent CLIs speaking the 2025 protocols do.
 
 It prints p50 and p99 of each, and checks the target: ``publish_decision`` and
 ``send_message`` through ``/mcp`` within 2 × the route's p50 + 1 ms.
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import statistics
 import time
 from collections.abc import Awaitable, Callable
@@ -78,6 +82,7 @@ async def bench_backend(served: ServedGateway, rounds: int, calls: int) -> dict[
         rawhttp.Connection(served.agent_url) as route,
         rawhttp.Connection(served.agent_url, HEADERS) as raw,
         mcp.Client(f"{served.agent_url}/mcp") as sdk,
+        mcp.Client(f"{served.agent_url}/mcp", mode="legacy") as handshake,
     ):
         for tool, (method, path, arguments) in operations.items():
 
@@ -92,12 +97,15 @@ async def bench_backend(served: ServedGateway, rounds: int, calls: int) -> dict[
                 if answer["result"].get("isError"):
                     raise SystemExit(f"{tool}: {answer}")
 
-            async def by_sdk(n: int) -> None:
-                result = await sdk.call_tool(tool, arguments(n))
-                if result.is_error:
-                    raise SystemExit(f"{tool}: {result.content}")
+            def by_client(client: mcp.Client) -> Call:
+                async def call(n: int) -> None:
+                    result = await client.call_tool(tool, arguments(n))
+                    if result.is_error:
+                        raise SystemExit(f"{tool}: {result.content}")
 
-            ways = {"route": by_route, "mcp raw": by_raw, "mcp sdk": by_sdk}
+                return call
+
+            ways = {"route": by_route, "mcp raw": by_raw, "mcp sdk": by_client(sdk), "mcp sdk hs": by_client(handshake)}
             for way, call in ways.items():  # warm-up
                 await measure(call, 10)
             for _ in range(rounds):
@@ -106,9 +114,13 @@ async def bench_backend(served: ServedGateway, rounds: int, calls: int) -> dict[
     return samples
 
 
-def report(backend: str, samples: dict[tuple[str, str], list[float]]) -> None:
-    print(f"\n{backend}")
-    print(f"{'tool':<18} {'way':<8} {'calls':>6} {'p50 ms':>8} {'p99 ms':>8}   target (2 × route p50 + 1 ms)")
+def load() -> str:
+    return "load average " + ", ".join(f"{value:.2f}" for value in os.getloadavg())
+
+
+def report(backend: str, samples: dict[tuple[str, str], list[float]], before: str) -> None:
+    print(f"\n{backend} ({before} before, {load()} after)")
+    print(f"{'tool':<18} {'way':<10} {'calls':>6} {'p50 ms':>8} {'p99 ms':>8}   target (2 × route p50 + 1 ms)")
     for (tool, way), values in samples.items():
         p50, p99 = statistics.median(values), percentile(values, 0.99)
         route_p50 = statistics.median(samples[(tool, "route")])
@@ -116,7 +128,7 @@ def report(backend: str, samples: dict[tuple[str, str], list[float]]) -> None:
         if way != "route" and tool in ("publish_decision", "send_message"):
             bound = 2 * route_p50 + 1
             target = f"p50 {p50:.2f} {'<=' if p50 <= bound else '>'} {bound:.2f}: {'met' if p50 <= bound else 'MISSED'}"
-        print(f"{tool:<18} {way:<8} {len(values):>6} {p50:>8.2f} {p99:>8.2f}   {target}")
+        print(f"{tool:<18} {way:<10} {len(values):>6} {p50:>8.2f} {p99:>8.2f}   {target}")
 
 
 def main() -> None:
@@ -128,7 +140,8 @@ def main() -> None:
     backends = ("sqlite", "postgresql") if options.backend == "both" else (options.backend,)
     for backend in backends:
         with harness.gateway(backend) as served:
-            report(backend, asyncio.run(bench_backend(served, options.rounds, options.calls)))
+            before = load()
+            report(backend, asyncio.run(bench_backend(served, options.rounds, options.calls)), before)
 
 
 if __name__ == "__main__":

@@ -33,7 +33,12 @@ INSTRUCTIONS = (
 
 def build(send: Sender, available: Mapping[str, tool_table.Tool]) -> Server[Any]:
     """An MCP server whose tools (``available``) call the Agent server's routes with ``send``."""
-    listed = types.ListToolsResult(tools=[tool.definition() for tool in available.values()])
+    definitions = {name: tool.definition() for name, tool in available.items()}
+    listed = types.ListToolsResult(tools=list(definitions.values()))
+
+    def input_schema(name: str) -> Mapping[str, Any] | None:
+        definition = definitions.get(name)
+        return None if definition is None else definition.input_schema
 
     async def list_tools(ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
         return listed
@@ -51,6 +56,8 @@ def build(send: Sender, available: Mapping[str, tool_table.Tool]) -> Server[Any]
         version=importlib.metadata.version("agent-gateway"),
         title="agent-gateway Agent server",
         instructions=INSTRUCTIONS,
+        # Without it, the SDK lists every tool again on each 2026-07-28 call (to check its headers).
+        get_tool_input_schema=input_schema,
         on_list_tools=list_tools,
         on_call_tool=call_tool,
     )
