@@ -18,7 +18,9 @@ from tests.mcp.conftest import CALL_TIMEOUT_S, succeeded
 
 pytestmark = pytest.mark.e2e
 
-PAGE = Path(__file__).resolve().parents[2] / "docs" / "agents" / "mcp.md"
+ROOT = Path(__file__).resolve().parents[2]
+PAGE = ROOT / "docs" / "agents" / "mcp.md"
+PERFORMANCE = ROOT / "docs" / "performance" / "mcp.md"
 DOCUMENTED_URL = "http://127.0.0.1:8701"
 
 
@@ -51,3 +53,16 @@ def test_the_python_program_runs(served_gateway: served.ServedGateway) -> None:
     assert "'publish_decision'" in names and "'send_message'" in names
     seq, jws = published.split(" ")
     assert seq == "1" and jws.count(".") == 2
+
+
+def test_the_benchmark_command_of_the_performance_page_is_there() -> None:
+    """The page's command and its options (the benchmark itself never runs in the tests)."""
+    (command,) = re.findall(r"```sh\n(.*?)\n```", PERFORMANCE.read_text(), flags=re.DOTALL)
+    program, flag, module, *arguments = command.split()
+    assert (program, flag) == ("python", "-m")
+    result = subprocess.run(
+        [sys.executable, "-m", module, "--help"], cwd=ROOT, capture_output=True, text=True, timeout=600
+    )
+    assert result.returncode == 0, result.stderr
+    for option in arguments[::2]:
+        assert option in result.stdout, option
