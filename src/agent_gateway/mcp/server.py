@@ -15,6 +15,7 @@ from mcp import types
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 
+from agent_gateway.mcp import resources
 from agent_gateway.mcp import tools as tool_table
 from agent_gateway.mcp.delivery import Sender
 
@@ -51,6 +52,23 @@ def build(send: Sender, available: Mapping[str, tool_table.Tool]) -> Server[Any]
             )
         return await tool_table.call(send, tool, params.arguments or {})
 
+    async def list_resources(ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None) -> types.ListResourcesResult:
+        return resources.RESOURCES
+
+    async def list_templates(
+        ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListResourceTemplatesResult:
+        return resources.TEMPLATES
+
+    async def read_resource(ctx: ServerRequestContext[Any], params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
+        return await resources.read(send, available, str(params.uri))
+
+    async def list_prompts(ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None) -> types.ListPromptsResult:
+        return resources.PROMPTS
+
+    async def get_prompt(ctx: ServerRequestContext[Any], params: types.GetPromptRequestParams) -> types.GetPromptResult:
+        return resources.prompt(params.name, INSTRUCTIONS, available)
+
     server: Server[Any] = Server(
         NAME,
         version=importlib.metadata.version("agent-gateway"),
@@ -60,6 +78,11 @@ def build(send: Sender, available: Mapping[str, tool_table.Tool]) -> Server[Any]
         get_tool_input_schema=input_schema,
         on_list_tools=list_tools,
         on_call_tool=call_tool,
+        on_list_resources=list_resources,
+        on_list_resource_templates=list_templates,
+        on_read_resource=read_resource,
+        on_list_prompts=list_prompts,
+        on_get_prompt=get_prompt,
     )
     # The SDK's OpenTelemetry span per message: the gateway exports no traces, and even
     # without an exporter it is a fifth of what the SDK spends on a call.

@@ -413,10 +413,10 @@ async def call(send: Sender, tool: Tool, arguments: Mapping[str, Any]) -> types.
             content=[types.TextContent(type="text", text=content.decode() if content else "{}")],
             structured_content=body,
         )
-    return _error(_refusal(status, content))
+    return _error(refusal(status, content))
 
 
-def _refusal(status: int, content: bytes) -> str:
+def refusal(status: int, content: bytes) -> str:
     """``status error: message`` from the route's error body (or what a proxy in between said)."""
     try:
         body = jsontext.loads(content)
