@@ -49,6 +49,7 @@ def configure(level: str, format: str = "text") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
-    # uvicorn's and alembic's own start-up chatter repeats what the gateway logs once.
-    for noisy in ("uvicorn.error", "alembic"):
+    # uvicorn's and alembic's own start-up chatter repeats what the gateway logs once; httpx
+    # and the MCP SDK would log every MCP request and its tool's request (log.access's job).
+    for noisy in ("uvicorn.error", "alembic", "httpx", "mcp"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))
