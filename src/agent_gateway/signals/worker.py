@@ -53,6 +53,9 @@ logger = logging.getLogger(__name__)
 # The wake-up after commit is what makes the worker prompt; the sweep only
 # catches Signals emitted where no wake-up reaches this process.
 SWEEP_INTERVAL_S = 5.0
+# A Run in progress is woken when an operator cancels a Run; it also reads its own
+# state this often, in case the wake-up was lost (one primary-key read, no hot poll).
+CANCEL_CHECK_S = 5.0
 
 
 class Worker:
@@ -185,14 +188,21 @@ class Worker:
 
         # Each transaction ends one Run and starts the next (the first also records them
         # all), and, when no post phase follows, the last one ends the Signal too.
+        # A Run cancelled by the operator ends its Signal: the Runs after it were failed
+        # with it (service.cancel_run), so none is started.
         failures: list[tuple[Run, str]] = []
-        stopped = False
+        stopped = cancelled = False
         for run in [*runs, None]:
             if step is None:  # the claim started this Run
                 assert run is not None
                 started = time.perf_counter()
-                error = service.STOPPED_RUN_ERROR if self._stop.is_set() else await self._execute(run)
+                if self._stop.is_set():
+                    error = service.STOPPED_RUN_ERROR
+                else:
+                    error, cancelled = await self._execute(run)
             else:
+                if run is not None and cancelled:
+                    run = None
                 if run is not None and self._stop.is_set():
                     stopped, step.fail_pending, run = True, True, None
                 step.start = run
@@ -201,8 +211,16 @@ class Worker:
                 next_claimed = await asyncio.shield(self._write(step))
                 if run is None:
                     break
+                if step.start_refused:  # cancelled before it started
+                    logger.warning(
+                        "Run %s cancelled by the operator before it started", run.id,
+                        extra={"action": "cancel_run", "run": run.id, "signal": signal.id},
+                    )
+                    failures.append((run, service.CANCELLED_ERROR))
+                    cancelled, step = True, _Step(signal)
+                    continue
                 started = time.perf_counter()
-                error = await self._execute(run)
+                error, cancelled = await self._execute(run)
             if error is not None:
                 failures.append((run, error))
                 stopped = stopped or self._stop.is_set()
@@ -218,20 +236,58 @@ class Worker:
         error = _signal_error(failures, len(runs), stopped, post_error)
         return await asyncio.shield(self._write(_Step(signal, end_signal=True, signal_error=error)))
 
-    async def _execute(self, run: Run) -> str | None:
-        """Hand a started Run to the runtime; return its error (None when done)."""
+    async def _execute(self, run: Run) -> tuple[str | None, bool]:
+        """Hand a started Run to the runtime; return its error (None when done), and whether
+        the operator cancelled it."""
         call = asyncio.create_task(self._call_runtime(run), name=f"run {run.id}")
         stopping = asyncio.create_task(self._stop.wait())
+        cancelling = asyncio.create_task(self._cancelled(run), name=f"cancel watch {run.id}")
         try:
-            await asyncio.wait({call, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait({call, stopping, cancelling}, return_when=asyncio.FIRST_COMPLETED)
+            if cancelling.done() and not cancelling.cancelled() and cancelling.exception() is None:
+                logger.warning(
+                    "Run %s cancelled by the operator; stopping the agent program", run.id,
+                    extra={"action": "cancel_run", "run": run.id, "signal": run.signal_id},
+                )
         finally:
-            # Stopped, or cancelled (leadership lost): the agent program must stop too. A
+            # Stopped, cancelled by the operator, or the worker cancelled (leadership lost):
+            # the agent program must stop too (the runtime's cancellation path stops it). A
             # cancelled worker leaves the outcome to recovery, as a killed process would.
             stopping.cancel()
+            cancelling.cancel()
             if not call.done():
                 call.cancel()
                 await asyncio.wait({call})
-        return service.STOPPED_RUN_ERROR if call.cancelled() else call.result()
+        if not call.cancelled():
+            return call.result(), False
+        if self._stop.is_set():
+            return service.STOPPED_RUN_ERROR, False
+        return service.CANCELLED_ERROR, True
+
+    async def _cancelled(self, run: Run) -> None:
+        """Return once ``run`` is no longer ``running`` in the database: an operator cancelled it.
+
+        Woken by ``service.cancel_run`` from any process; reads the Run's state at
+        each wake-up and every :data:`CANCEL_CHECK_S` (a wake-up may be lost). A
+        database error is retried at the next check: the Run goes on meanwhile.
+        """
+        subscription = self.store.subscribe(service.CANCEL_CHANNEL)
+        try:
+            while True:
+                await subscription.wait(CANCEL_CHECK_S)
+                try:
+                    async with self.store.read() as conn:
+                        current = await run_queries.get(conn, id=run.id)
+                except Exception as exc:
+                    logger.warning(
+                        "cannot read the state of Run %s: %s", run.id, type(exc).__name__,
+                        extra={"action": "cancel_check_error", "run": run.id},
+                    )
+                    continue
+                if current is None or current.state != run_queries.RUNNING:
+                    return
+        finally:
+            self.store.unsubscribe(service.CANCEL_CHANNEL, subscription)
 
     async def _call_runtime(self, run: Run) -> str | None:
         try:
@@ -274,7 +330,7 @@ class Worker:
                     "duration_ms": round(step.ran_s * 1000, 3),
                 },
             )
-        if step.start is not None:
+        if step.start is not None and not step.start_refused:
             _log_started(step.start, signal)
         if step.end_signal:
             logger.info(
@@ -303,7 +359,8 @@ class Worker:
             ended, error = step.ended
             await run_queries.finish(conn, id=ended.id, error=_storable(error), ended_at=now)
         if step.start is not None and not starts_recorded:
-            await run_queries.start(conn, id=step.start.id, started_at=now)
+            # Refused when an operator cancelled the Run (its Signal's, in fact) meanwhile.
+            step.start_refused = not await run_queries.start(conn, id=step.start.id, started_at=now)
         if step.abandon is not None:
             await run_queries.fail_unfinished(
                 conn, state=run_queries.RUNNING, error=step.abandon, ended_at=now, signal_id=signal.id
@@ -353,6 +410,7 @@ class _Step:
     ended: tuple[Run, str | None] | None = None
     ran_s: float = 0.0  # how long the ended Run executed
     start: Run | None = None
+    start_refused: bool = False  # set by the write: ``start`` had been cancelled, so it did not start
     fail_pending: bool = False
     abandon: str | None = None  # fail the running Run with this error, and the pending ones
     end_signal: bool = False

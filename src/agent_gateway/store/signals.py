@@ -168,3 +168,21 @@ async def fail_processing(conn: AsyncConnection, *, error: str) -> list[str]:
         .returning(signals.c.id)
     )
     return list((await conn.execute(query)).scalars())
+
+
+async def cancel(conn: AsyncConnection, *, id: str, error: str) -> Signal | None:
+    """Fail a ``pending`` Signal with ``error``; None when it is in another state or does not exist."""
+    query = (
+        signals.update()
+        .where(signals.c.id == id, signals.c.state == PENDING)
+        .values(state=FAILED, error=error)
+        .returning(*_COLUMNS)
+    )
+    row = (await conn.execute(query)).first()
+    return Signal.from_row(row) if row else None
+
+
+async def count_failed_with(conn: AsyncConnection, *, error: str) -> int:
+    """How many Signals are ``failed`` with exactly ``error``."""
+    query = sa.select(sa.func.count()).where(signals.c.state == FAILED, signals.c.error == error)
+    return (await conn.execute(query)).scalar_one()
