@@ -130,7 +130,9 @@ def _listen(address: Address, field: str) -> socket.socket:
         sock = socket.create_server((address.host, address.port), family=family, backlog=2048)
     except OSError as exc:
         raise errors.GatewayError(
-            f"cannot listen on {address}: {exc.strerror or exc}; set {config.named(field)} to a free address"
+            # create_server's strerror repeats the address: the errno's text alone.
+            f"cannot listen on {address}: {os.strerror(exc.errno) if exc.errno else exc}; "
+            f"set {config.named(field)} to a free address"
         ) from None
     sock.set_inheritable(True)
     # Accepted connections inherit this. asyncio sets it only on sockets whose proto is

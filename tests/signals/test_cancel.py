@@ -22,6 +22,8 @@ import pytest
 
 from agent_gateway.signals import service
 from agent_gateway.signals.handlers import Prompt
+from agent_gateway.store import runs as run_queries
+from agent_gateway.store import signals as signal_queries
 from agent_gateway.store.engine import Store
 from agent_gateway.store.signals import Signal
 
@@ -37,8 +39,6 @@ from tests.signals.conftest import (
     signal_of,
     until,
 )
-
-pytestmark = pytest.mark.e2e
 
 HANDLERS = {"task": {"template": "{{ what }}"}}
 REFUSED = re.compile(r"agent-gateway: error: \S.*")
@@ -97,6 +97,7 @@ async def everything(store: Store) -> list[Any]:
         ]
 
 
+@pytest.mark.e2e
 async def test_a_hanging_per_run_program_is_cancelled_and_the_queue_moves_on(
     tmp_path: Path, database_url: str
 ) -> None:
@@ -148,6 +149,7 @@ async def test_a_hanging_per_run_program_is_cancelled_and_the_queue_moves_on(
     assert f"Signal {stuck} failed" in output
 
 
+@pytest.mark.e2e
 async def test_a_hanging_persistent_program_is_stopped_and_a_fresh_one_runs_the_next_signal(
     tmp_path: Path, database_url: str
 ) -> None:
@@ -181,6 +183,7 @@ async def test_a_hanging_persistent_program_is_stopped_and_a_fresh_one_runs_the_
     assert first != second
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
 async def test_a_cancel_from_another_host_reaches_the_worker_process(tmp_path: Path, database_url: str) -> None:
     """The CLI shares nothing with a ``serve --role worker`` process but the PostgreSQL database."""
@@ -224,6 +227,7 @@ async def test_a_cancel_from_another_host_reaches_the_worker_process(tmp_path: P
     assert f"Run {run.id} cancelled by the operator" in log.read_text()
 
 
+@pytest.mark.e2e
 async def test_every_refusal_is_one_line_and_changes_nothing(tmp_path: Path, database_url: str) -> None:
     agent_program = AgentProgram(tmp_path)
     store = Store(database_url)
@@ -317,3 +321,70 @@ async def test_a_run_cancelled_before_it_started_is_never_started(
     assert ended.state == "failed"
     assert ended.error == f"Run {second.id} (session {second.session}) failed: cancelled by the operator"
     assert [call["stdin"] for call in agent_program.calls()] == ["hang"]
+
+
+class CancelledAsItEnds:
+    """A runtime whose Runs with the Prompt ``cancel me`` are cancelled (by another Store, as the
+    CLI would) just as the program ends on its own, before the Signal Worker records the end."""
+
+    def __init__(self, database_url: str) -> None:
+        self.database_url = database_url
+        self.prompts: list[str] = []
+
+    async def run(self, run: Any) -> None:
+        self.prompts.append(run.prompt)
+        if run.prompt == "cancel me":
+            operator = Store(self.database_url)
+            try:
+                async with operator.transaction() as conn:
+                    await service.cancel_run(conn, run.id)
+            finally:
+                await operator.close()
+
+
+@pytest.mark.parametrize("handler", ["template", "two Runs"])
+async def test_a_cancel_that_lands_as_the_run_ends_stands_and_fails_its_signal(
+    make_gateway: GatewayFactory, database_url: str, handler: str
+) -> None:
+    """Whichever comes first, the worker's look or its record of the end, the cancel stands."""
+    runtime = CancelledAsItEnds(database_url)
+    if handler == "template":  # one Run, ended with its Signal and the next claim in one statement on PostgreSQL
+        gateway = await make_gateway(runtime=runtime, handlers={"task": {"template": "{{ first }}"}})
+    else:
+        gateway = await make_gateway(runtime=runtime, register={"task": TwoPrompts()})
+    signal_id = await emit(gateway.store, "task", {"first": "cancel me", "then": "ok"})
+    later = await emit(gateway.store, "task", {"first": "ok", "then": "ok"})
+    assert (await finished(gateway.store, later)).state == "done"
+    ended = await signal_of(gateway.store, signal_id)
+    first, *rest = await runs_of(gateway.store, signal_id)
+    assert (first.state, first.error) == ("failed", service.CANCELLED_ERROR)
+    assert [(run.state, run.error, run.started_at) for run in rest] == [
+        ("failed", service.CANCELLED_SIBLING_ERROR, None)
+    ] * len(rest)
+    assert ended.state == "failed"
+    # With the Runs after it listed, when the worker learns of the cancel as it records the end.
+    assert f"Run {first.id} (session {first.session}) failed: cancelled by the operator" in ended.error
+    assert runtime.prompts[0] == "cancel me" and "cancel me" not in runtime.prompts[1:]
+
+
+async def test_ending_a_cancelled_run_leaves_it_cancelled_and_fails_its_signal(store: Store) -> None:
+    """The worker's one-statement end (``signals.end_and_claim``) against a Run cancelled meanwhile."""
+    signal_id = await emit(store, "task", {})
+    next_id = await emit(store, "task", {})
+    async with store.transaction() as conn:
+        assert (await signal_queries.claim_oldest(conn)).id == signal_id
+        [run] = await run_queries.record(
+            conn, signal_id=signal_id, prompts=[(str(uuid.uuid4()), "s", "p")], first_started_at="2026-11-25T10:00:00.000Z"
+        )
+    async with store.transaction() as conn:
+        cancelled_run = await service.cancel_run(conn, run.id)
+    async with store.transaction() as conn:
+        claimed = await signal_queries.end_and_claim(
+            conn, run_id=run.id, run_error=None, ended_at="2026-11-25T10:00:01.000Z", signal_id=signal_id,
+            signal_error=None, signal_error_if_cancelled="the Run was cancelled",
+        )
+    assert claimed is not None and claimed.id == next_id
+    async with store.read() as conn:
+        assert await run_queries.get(conn, id=run.id) == cancelled_run
+    ended = await signal_of(store, signal_id)
+    assert (ended.state, ended.error) == ("failed", "the Run was cancelled")

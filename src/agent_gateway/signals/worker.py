@@ -209,14 +209,19 @@ class Worker:
                 if run is None and post is None:
                     step.end_signal, step.signal_error = True, _signal_error(failures, len(runs), stopped)
                 next_claimed = await asyncio.shield(self._write(step))
+                if step.ended_cancelled:  # cancelled as it ended on its own; so are the Runs after it
+                    ended = step.ended[0]  # type: ignore[index]
+                    failures = [failure for failure in failures if failure[0] is not ended]
+                    failures.append((ended, service.CANCELLED_ERROR))
+                    cancelled = True
                 if run is None:
                     break
-                if step.start_refused:  # cancelled before it started
+                if step.start_refused is not None:  # cancelled before it started
                     logger.warning(
                         "Run %s cancelled by the operator before it started", run.id,
                         extra={"action": "cancel_run", "run": run.id, "signal": signal.id},
                     )
-                    failures.append((run, service.CANCELLED_ERROR))
+                    failures.append((run, step.start_refused))
                     cancelled, step = True, _Step(signal)
                     continue
                 started = time.perf_counter()
@@ -224,7 +229,7 @@ class Worker:
             if error is not None:
                 failures.append((run, error))
                 stopped = stopped or self._stop.is_set()
-            step = _Step(signal, ended=(run, error), ran_s=time.perf_counter() - started)
+            step = _Step(signal, ended=(run, error), ran_s=time.perf_counter() - started, cancelled=cancelled)
 
         if post is None:
             return next_claimed
@@ -313,6 +318,9 @@ class Worker:
                     await signal_queries.end_and_claim(
                         conn, run_id=ended.id, run_error=_storable(error), ended_at=now, signal_id=signal.id,
                         signal_error=_storable(step.signal_error),
+                        signal_error_if_cancelled=_storable(
+                            step.signal_error if step.cancelled else _with_cancel(step.signal_error, ended)
+                        ),
                     ),
                 )
             else:
@@ -330,7 +338,7 @@ class Worker:
                     "duration_ms": round(step.ran_s * 1000, 3),
                 },
             )
-        if step.start is not None and not step.start_refused:
+        if step.start is not None and step.start_refused is None:
             _log_started(step.start, signal)
         if step.end_signal:
             logger.info(
@@ -357,10 +365,16 @@ class Worker:
             )
         if step.ended is not None:
             ended, error = step.ended
-            await run_queries.finish(conn, id=ended.id, error=_storable(error), ended_at=now)
+            ran = await run_queries.finish(conn, id=ended.id, error=_storable(error), ended_at=now)
+            if not ran and not step.cancelled:
+                # The operator cancelled it as it ended: the cancel stands, and fails the Signal.
+                step.ended_cancelled = True
+                step.signal_error = _with_cancel(step.signal_error, ended)
         if step.start is not None and not starts_recorded:
-            # Refused when an operator cancelled the Run (its Signal's, in fact) meanwhile.
-            step.start_refused = not await run_queries.start(conn, id=step.start.id, started_at=now)
+            if not await run_queries.start(conn, id=step.start.id, started_at=now):
+                # An operator cancelled it, or another Run of its Signal, meanwhile: say which.
+                refused = await run_queries.get(conn, id=step.start.id)
+                step.start_refused = refused.error if refused is not None else service.CANCELLED_ERROR
         if step.abandon is not None:
             await run_queries.fail_unfinished(
                 conn, state=run_queries.RUNNING, error=step.abandon, ended_at=now, signal_id=signal.id
@@ -408,9 +422,11 @@ class _Step:
     signal: Signal
     record: list[Run] = dataclasses.field(default_factory=list)
     ended: tuple[Run, str | None] | None = None
+    cancelled: bool = False  # ``ended`` was cancelled by the operator, and so recorded already
     ran_s: float = 0.0  # how long the ended Run executed
     start: Run | None = None
-    start_refused: bool = False  # set by the write: ``start`` had been cancelled, so it did not start
+    start_refused: str | None = None  # set by the write: ``start`` had been cancelled (this error), so it did not start
+    ended_cancelled: bool = False  # set by the write: ``ended`` had been cancelled, so it was not ended
     fail_pending: bool = False
     abandon: str | None = None  # fail the running Run with this error, and the pending ones
     end_signal: bool = False
@@ -433,6 +449,12 @@ def _runs(signal: Signal, prompts: list[Prompt]) -> list[Run]:
         session = f"run_{run_id}" if prompt.session is None else prompt.session
         runs.append(Run(run_id, signal.id, session, prompt.text, run_queries.PENDING, None, None, None))
     return runs
+
+
+def _with_cancel(signal_error: str | None, run: Run) -> str:
+    """``signal_error`` when ``run``, which the worker saw end, turns out cancelled by the operator."""
+    cancel = f"Run {run.id} (session {run.session}) failed: {service.CANCELLED_ERROR}"
+    return cancel if signal_error is None else f"{signal_error}; {cancel}"
 
 
 def _signal_error(
