@@ -5,7 +5,8 @@
 then, by MODE: ``ok`` exits 0; ``fail`` writes to stderr and exits 3;
 ``noisy`` writes 10 KiB of numbered lines to stderr and exits 4; ``nul`` writes
 a NUL and an invalid byte to stderr and exits 5; ``hang``
-waits until RECORD.release exists, then exits 0; ``killed`` kills itself.
+waits until RECORD.release exists, then exits 0; ``stubborn`` does too, ignoring
+SIGTERM; ``killed`` kills itself; ``prompt`` does what its Prompt's last word says.
 """
 
 import json
@@ -22,9 +23,14 @@ entry = {
     "cwd": os.getcwd(),
     "env": {k: v for k, v in os.environ.items() if k.startswith(("AGENT_GATEWAY_", "AGENT_SERVER_URL"))},
     "stdin": stdin,
+    "pid": os.getpid(),
 }
 with open(record, "a", encoding="utf-8") as file:
     file.write(json.dumps(entry) + "\n")
+if mode == "prompt":
+    mode = stdin.split()[-1]
+if mode == "stubborn":
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
 if mode == "fail":
     print("something went wrong\nat the end", file=sys.stderr)
     sys.exit(3)
@@ -35,7 +41,7 @@ if mode == "noisy":
 if mode == "nul":
     sys.stderr.buffer.write(b"bad\x00byte \xff")
     sys.exit(5)
-if mode == "hang":
+if mode in ("hang", "stubborn"):
     release = record.with_name(record.name + ".release")
     while not release.exists():
         time.sleep(0.05)

@@ -459,6 +459,14 @@ _KEYS = (
          default='`50`',
          doc='SQLite with `http.workers > 1` only: how often each HTTP process looks for Messages written by the others (1..10000)'),
 )
+
+
+def named(field: str) -> str:
+    """How an operator sets the setting held in ``field``: its dotted key and its environment variable."""
+    [key] = [key for key in _KEYS if key.field == field]
+    return f"{key.dotted} (or {key.env})"
+
+
 _KNOWN_TABLES = {
     "database", "public", "agent", "signing", "auth", "scheduler", "http", "runtime", "handlers", "signals", "log",
     "ops", "retention", "transparency", "streams",

@@ -35,6 +35,11 @@ listen = "127.0.0.1:8700"
 # The Agent server has NO authentication: keep it on loopback or a private network.
 listen = "127.0.0.1:8701"
 
+[ops]
+# Health (/healthz), readiness (/readyz) and Prometheus metrics (/metrics); "" turns it off.
+# A second gateway on this host needs three other ports: public, agent and this one.
+listen = "127.0.0.1:8702"
+
 [signing]
 # The agent's signing identity: a PKCS#8 PEM private key (Ed25519, P-256, P-384, P-521).
 key_file = "signing-key.pem"
@@ -61,10 +66,6 @@ level = "INFO"
 # "text", or "json": one JSON object per line, with an access log line per request.
 format = "text"
 # access = true          # the access log in text too (on by default in json)
-
-[ops]
-# Health (/healthz), readiness (/readyz) and Prometheus metrics (/metrics); "" turns it off.
-listen = "127.0.0.1:8702"
 
 [retention]
 # Remove Signals that ended more than this long ago, with their Runs, once an hour.

@@ -27,7 +27,7 @@ from typing import Any
 import uvicorn
 from starlette.types import ASGIApp
 
-from agent_gateway import errors
+from agent_gateway import config, errors
 from agent_gateway.config import Address, Settings
 from agent_gateway.gateway import Gateway
 from agent_gateway.http import connections
@@ -56,7 +56,7 @@ def run(settings: Settings, roles: frozenset[str], *, force: bool = False) -> No
         if not found.is_current:
             _migrate_in_child(settings.database_url)
         sockets = _bind(settings) if "api" in roles else {}
-        ops_socket = _listen(settings.ops_listen) if settings.ops_listen is not None else None
+        ops_socket = _listen(settings.ops_listen, "ops_listen") if settings.ops_listen is not None else None
         caps = _connection_budget(settings) if sockets else None
         forks = settings.http_workers - 1 if caps else 0
         with _shared_metrics(forks > 0 and ops_socket is not None):
@@ -117,15 +117,23 @@ def _connection_budget(settings: Settings) -> connections.Budget:
 
 
 def _bind(settings: Settings) -> dict[str, socket.socket]:
-    return {"public": _listen(settings.public_listen), "agent": _listen(settings.agent_listen)}
+    return {
+        "public": _listen(settings.public_listen, "public_listen"),
+        "agent": _listen(settings.agent_listen, "agent_listen"),
+    }
 
 
-def _listen(address: Address) -> socket.socket:
+def _listen(address: Address, field: str) -> socket.socket:
+    """A socket bound to ``address``; one that cannot be bound names the setting ``field`` that moves it."""
     family = socket.AF_INET6 if ":" in address.host else socket.AF_INET
     try:
         sock = socket.create_server((address.host, address.port), family=family, backlog=2048)
     except OSError as exc:
-        raise errors.GatewayError(f"cannot listen on {address}: {exc.strerror or exc}") from None
+        raise errors.GatewayError(
+            # create_server's strerror repeats the address: the errno's text alone.
+            f"cannot listen on {address}: {os.strerror(exc.errno) if exc.errno else exc}; "
+            f"set {config.named(field)} to a free address"
+        ) from None
     sock.set_inheritable(True)
     # Accepted connections inherit this. asyncio sets it only on sockets whose proto is
     # IPPROTO_TCP, which create_server's are not: without it, Nagle and delayed ACKs add

@@ -13,8 +13,8 @@ from agent_gateway.store import runs as run_states
 from agent_gateway.store import signals as signal_states
 from agent_gateway.store.engine import Store
 
-signals_app = typer.Typer(help="Read Signals: the queue that wakes the agent.", no_args_is_help=True)
-runs_app = typer.Typer(help="Read Runs: each execution of the agent for a Signal.", no_args_is_help=True)
+signals_app = typer.Typer(help="Read Signals, the queue that wakes the agent; cancel a pending one.", no_args_is_help=True)
+runs_app = typer.Typer(help="Read Runs, each execution of the agent for a Signal; cancel one.", no_args_is_help=True)
 
 LimitOption = Annotated[int, typer.Option("--limit", min=1, help="how many, newest first")]
 # The states a read filters on, as the store names them.
@@ -57,6 +57,22 @@ def show_signal(
     print_json(with_store(config_path, work))
 
 
+@signals_app.command("cancel")
+def cancel_signal(
+    id: Annotated[str, typer.Argument(help="the pending Signal's id (UUID)")], config_path: ConfigOption = None
+) -> None:
+    """Cancel a pending Signal: it ends failed ("cancelled by the operator") and is never run;
+    print it as JSON. A Signal that is processing, has ended or does not exist is refused
+    (exit 1) and nothing changes."""
+    checked = checked_uuid("id", id)
+
+    async def work(store: Store) -> dict:
+        async with store.transaction() as conn:
+            return (await service.cancel_signal(conn, checked)).to_json()
+
+    print_json(with_store(config_path, work))
+
+
 @runs_app.command("list")
 def list_runs(
     signal: Annotated[str | None, typer.Option("--signal", help="only the Runs of this Signal (id)")] = None,
@@ -85,5 +101,22 @@ def show_run(id: Annotated[str, typer.Argument(help="the Run's id (UUID)")], con
     async def work(store: Store) -> dict:
         async with store.read() as conn:
             return (await service.get_run(conn, checked)).to_json()
+
+    print_json(with_store(config_path, work))
+
+
+@runs_app.command("cancel")
+def cancel_run(id: Annotated[str, typer.Argument(help="the Run's id (UUID)")], config_path: ConfigOption = None) -> None:
+    """Cancel a pending or running Run and print it as JSON: it ends failed ("cancelled by the
+    operator"), with the Runs of its Signal not started yet; the gateway leading the Signal
+    Worker, on any host, stops the agent program (SIGTERM to its process group, SIGKILL after
+    the grace period) and ends the Signal failed, never to be run again; the next Signal
+    follows at once. A Run that has ended or does not exist is refused (exit 1) and nothing
+    changes."""
+    checked = checked_uuid("id", id)
+
+    async def work(store: Store) -> dict:
+        async with store.transaction() as conn:
+            return (await service.cancel_run(conn, checked)).to_json()
 
     print_json(with_store(config_path, work))

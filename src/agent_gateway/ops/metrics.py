@@ -5,7 +5,7 @@ areas that own an event count it here. Every label takes a bounded set of
 values (a route template, never a path; a state; a direction): never a User
 id, a Token or a Statement. What is read at scrape time (Signals per state,
 the Signal Worker's leadership) is a :class:`Sampled` collector of one
-gateway; the database pool gauges are set by each process at every flush of
+gateway (so are the operator's cancels, made by the CLI from any host); the database pool gauges are set by each process at every flush of
 its counts (:func:`pool_usage`).
 
 With ``http.workers > 1`` the HTTP processes share one set of numbers through
@@ -110,9 +110,11 @@ class Sampled:
         self._leader = leader
         self.signals: dict[str, int] = {}
         self.signals_at = float("-inf")
+        self.cancelled: dict[str, int] = {}
 
-    def set_signals(self, counts: dict[str, int]) -> None:
-        self.signals, self.signals_at = counts, time.monotonic()
+    def set_signals(self, counts: dict[str, int], cancelled: dict[str, int]) -> None:
+        """Signals per state, and the Runs and Signals cancelled by the operator (``run``, ``signal``)."""
+        self.signals, self.cancelled, self.signals_at = counts, cancelled, time.monotonic()
 
     def collect(self) -> Iterator[Metric]:
         family = GaugeMetricFamily(
@@ -121,6 +123,16 @@ class Sampled:
         for state, count in self.signals.items():
             family.add_metric([state], count)
         yield family
+        # Read from the records, not counted as cancels happen: an operator cancels from any
+        # host with the CLI, which no gateway process sees; every gateway shows the same count.
+        cancelled = GaugeMetricFamily(
+            f"{PREFIX}_cancelled",
+            "Runs, and Signals cancelled while pending, that the operator cancelled (from the database, cached).",
+            labels=["record"],
+        )
+        for record, count in self.cancelled.items():
+            cancelled.add_metric([record], count)
+        yield cancelled
         leader = self._leader()
         if leader is not None:
             yield GaugeMetricFamily(

@@ -14,6 +14,7 @@ from agent_gateway.http.app import create_app
 from agent_gateway.http.app import router as new_router
 from agent_gateway.http.routing import json_response
 from agent_gateway.ops import metrics, readiness
+from agent_gateway.signals import service as signals
 from agent_gateway.store import signals as signal_queries
 
 if TYPE_CHECKING:
@@ -49,7 +50,9 @@ async def metrics_text(request: Request) -> Any:
         try:
             async with asyncio.timeout(readiness.CHECK_TIMEOUT_S):
                 async with gateway.store.read() as conn:
-                    sampled.set_signals(await signal_queries.count_by_state(conn))
+                    sampled.set_signals(
+                        await signal_queries.count_by_state(conn), await signals.count_cancelled(conn)
+                    )
         except Exception as exc:  # the other metrics still matter; the gauge keeps its last values
             logger.warning(
                 "cannot count Signals for /metrics: %s", type(exc).__name__, extra={"action": "metrics_signals"}

@@ -21,11 +21,17 @@ from agent_gateway.store.runs import Run
 from agent_gateway.store.signals import Signal
 
 __all__ = [
+    "CANCELLED_ERROR",
+    "CANCEL_CHANNEL",
     "CHANNEL",
+    "NotCancellable",
     "Run",
     "RunNotFound",
     "Signal",
     "SignalNotFound",
+    "cancel_run",
+    "cancel_signal",
+    "count_cancelled",
     "emit",
     "emit_many",
     "get_run",
@@ -41,6 +47,11 @@ STOPPED_SIGNAL_ERROR = (
 )
 STOPPED_RUN_ERROR = "the gateway stopped while this Run was running; it is not re-run"
 NOT_STARTED_RUN_ERROR = "never started: the gateway stopped while its Signal was processing"
+# An operator's cancel: the error of the Run or pending Signal cancelled, and of the Runs of
+# that Run's Signal that had not started. The channel wakes the Signal Worker running the Run.
+CANCEL_CHANNEL = "cancels"
+CANCELLED_ERROR = "cancelled by the operator"
+CANCELLED_SIBLING_ERROR = "never started: another Run of its Signal was cancelled by the operator"
 
 
 class SignalNotFound(errors.NotFound):
@@ -49,6 +60,10 @@ class SignalNotFound(errors.NotFound):
 
 class RunNotFound(errors.NotFound):
     """No Run has that id."""
+
+
+class NotCancellable(errors.GatewayError):
+    """Only a pending or running Run, or a pending Signal, can be cancelled."""
 
 
 async def emit(conn: AsyncConnection, kind: str, payload: Any) -> str:
@@ -115,3 +130,58 @@ async def recover(conn: AsyncConnection) -> list[str]:
     await run_queries.fail_unfinished(conn, state=run_queries.RUNNING, error=STOPPED_RUN_ERROR, ended_at=now)
     await run_queries.fail_unfinished(conn, state=run_queries.PENDING, error=NOT_STARTED_RUN_ERROR, ended_at=now)
     return await signal_queries.fail_processing(conn, error=STOPPED_SIGNAL_ERROR)
+
+
+async def cancel_run(conn: AsyncConnection, run_id: str) -> Run:
+    """Cancel a ``pending`` or ``running`` Run (an operator's decision, no spec route); return it as cancelled.
+
+    The Run fails with :data:`CANCELLED_ERROR`, and the Runs of its Signal not
+    started yet fail too, in the caller's transaction. Once it commits, the
+    Signal Worker executing the Run, in whichever process or host leads, is woken
+    (``CANCEL_CHANNEL``; it also looks on its own while a Run executes): it stops
+    the agent program and ends the Signal ``failed``, never to be run again.
+    Spec: Run states are one-way, so a Run that has ended raises
+    :class:`NotCancellable` and nothing changes; no such Run raises :class:`RunNotFound`.
+    """
+    now = clock.now_iso()
+    run = await run_queries.cancel(conn, id=run_id, error=CANCELLED_ERROR, ended_at=now)
+    if run is None:
+        ended = await run_queries.get(conn, id=run_id)
+        if ended is None:
+            raise RunNotFound(f"no Run has the id {run_id}")
+        raise NotCancellable(f"Run {run_id} has already ended ({ended.state}); nothing was changed")
+    await run_queries.fail_unfinished(
+        conn, state=run_queries.PENDING, error=CANCELLED_SIBLING_ERROR, ended_at=now, signal_id=run.signal_id
+    )
+    engine.notify(conn, CANCEL_CHANNEL)
+    return run
+
+
+async def cancel_signal(conn: AsyncConnection, signal_id: str) -> Signal:
+    """Cancel a ``pending`` Signal: it fails with :data:`CANCELLED_ERROR` and is never run; return it.
+
+    The Signal Worker's claim takes only ``pending`` Signals, so it never sees
+    this one. A ``processing`` Signal raises :class:`NotCancellable` naming how to
+    cancel its Run instead; one that has ended raises it too; no such Signal
+    raises :class:`SignalNotFound`. Nothing changes on any refusal.
+    """
+    signal = await signal_queries.cancel(conn, id=signal_id, error=CANCELLED_ERROR)
+    if signal is not None:
+        return signal
+    found = await signal_queries.get(conn, id=signal_id)
+    if found is None:
+        raise SignalNotFound(f"no Signal has the id {signal_id}")
+    if found.state == signal_queries.PROCESSING:
+        raise NotCancellable(
+            f"Signal {signal_id} is processing, not pending: cancel its running Run instead "
+            f"(agent-gateway runs list --signal {signal_id} --state running; agent-gateway runs cancel RUN_ID)"
+        )
+    raise NotCancellable(f"Signal {signal_id} has already ended ({found.state}); nothing was changed")
+
+
+async def count_cancelled(conn: AsyncConnection) -> dict[str, int]:
+    """How many Runs, and Signals cancelled while pending, the operator has cancelled (as far as records remain)."""
+    return {
+        "run": await run_queries.count_failed_with(conn, error=CANCELLED_ERROR),
+        "signal": await signal_queries.count_failed_with(conn, error=CANCELLED_ERROR),
+    }

@@ -53,6 +53,9 @@ logger = logging.getLogger(__name__)
 # The wake-up after commit is what makes the worker prompt; the sweep only
 # catches Signals emitted where no wake-up reaches this process.
 SWEEP_INTERVAL_S = 5.0
+# A Run in progress is woken when an operator cancels a Run; it also reads its own
+# state this often, in case the wake-up was lost (one primary-key read, no hot poll).
+CANCEL_CHECK_S = 5.0
 
 
 class Worker:
@@ -185,28 +188,48 @@ class Worker:
 
         # Each transaction ends one Run and starts the next (the first also records them
         # all), and, when no post phase follows, the last one ends the Signal too.
+        # A Run cancelled by the operator ends its Signal: the Runs after it were failed
+        # with it (service.cancel_run), so none is started.
         failures: list[tuple[Run, str]] = []
-        stopped = False
+        stopped = cancelled = False
         for run in [*runs, None]:
             if step is None:  # the claim started this Run
                 assert run is not None
                 started = time.perf_counter()
-                error = service.STOPPED_RUN_ERROR if self._stop.is_set() else await self._execute(run)
+                if self._stop.is_set():
+                    error = service.STOPPED_RUN_ERROR
+                else:
+                    error, cancelled = await self._execute(run)
             else:
+                if run is not None and cancelled:
+                    run = None
                 if run is not None and self._stop.is_set():
                     stopped, step.fail_pending, run = True, True, None
                 step.start = run
                 if run is None and post is None:
                     step.end_signal, step.signal_error = True, _signal_error(failures, len(runs), stopped)
                 next_claimed = await asyncio.shield(self._write(step))
+                if step.ended_cancelled:  # cancelled as it ended on its own; so are the Runs after it
+                    ended = step.ended[0]  # type: ignore[index]
+                    failures = [failure for failure in failures if failure[0] is not ended]
+                    failures.append((ended, service.CANCELLED_ERROR))
+                    cancelled = True
                 if run is None:
                     break
+                if step.start_refused is not None:  # cancelled before it started
+                    logger.warning(
+                        "Run %s cancelled by the operator before it started", run.id,
+                        extra={"action": "cancel_run", "run": run.id, "signal": signal.id},
+                    )
+                    failures.append((run, step.start_refused))
+                    cancelled, step = True, _Step(signal)
+                    continue
                 started = time.perf_counter()
-                error = await self._execute(run)
+                error, cancelled = await self._execute(run)
             if error is not None:
                 failures.append((run, error))
                 stopped = stopped or self._stop.is_set()
-            step = _Step(signal, ended=(run, error), ran_s=time.perf_counter() - started)
+            step = _Step(signal, ended=(run, error), ran_s=time.perf_counter() - started, cancelled=cancelled)
 
         if post is None:
             return next_claimed
@@ -218,20 +241,58 @@ class Worker:
         error = _signal_error(failures, len(runs), stopped, post_error)
         return await asyncio.shield(self._write(_Step(signal, end_signal=True, signal_error=error)))
 
-    async def _execute(self, run: Run) -> str | None:
-        """Hand a started Run to the runtime; return its error (None when done)."""
+    async def _execute(self, run: Run) -> tuple[str | None, bool]:
+        """Hand a started Run to the runtime; return its error (None when done), and whether
+        the operator cancelled it."""
         call = asyncio.create_task(self._call_runtime(run), name=f"run {run.id}")
         stopping = asyncio.create_task(self._stop.wait())
+        cancelling = asyncio.create_task(self._cancelled(run), name=f"cancel watch {run.id}")
         try:
-            await asyncio.wait({call, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait({call, stopping, cancelling}, return_when=asyncio.FIRST_COMPLETED)
+            if cancelling.done() and not cancelling.cancelled() and cancelling.exception() is None:
+                logger.warning(
+                    "Run %s cancelled by the operator; stopping the agent program", run.id,
+                    extra={"action": "cancel_run", "run": run.id, "signal": run.signal_id},
+                )
         finally:
-            # Stopped, or cancelled (leadership lost): the agent program must stop too. A
+            # Stopped, cancelled by the operator, or the worker cancelled (leadership lost):
+            # the agent program must stop too (the runtime's cancellation path stops it). A
             # cancelled worker leaves the outcome to recovery, as a killed process would.
             stopping.cancel()
+            cancelling.cancel()
             if not call.done():
                 call.cancel()
                 await asyncio.wait({call})
-        return service.STOPPED_RUN_ERROR if call.cancelled() else call.result()
+        if not call.cancelled():
+            return call.result(), False
+        if self._stop.is_set():
+            return service.STOPPED_RUN_ERROR, False
+        return service.CANCELLED_ERROR, True
+
+    async def _cancelled(self, run: Run) -> None:
+        """Return once ``run`` is no longer ``running`` in the database: an operator cancelled it.
+
+        Woken by ``service.cancel_run`` from any process; reads the Run's state at
+        each wake-up and every :data:`CANCEL_CHECK_S` (a wake-up may be lost). A
+        database error is retried at the next check: the Run goes on meanwhile.
+        """
+        subscription = self.store.subscribe(service.CANCEL_CHANNEL)
+        try:
+            while True:
+                await subscription.wait(CANCEL_CHECK_S)
+                try:
+                    async with self.store.read() as conn:
+                        current = await run_queries.get(conn, id=run.id)
+                except Exception as exc:
+                    logger.warning(
+                        "cannot read the state of Run %s: %s", run.id, type(exc).__name__,
+                        extra={"action": "cancel_check_error", "run": run.id},
+                    )
+                    continue
+                if current is None or current.state != run_queries.RUNNING:
+                    return
+        finally:
+            self.store.unsubscribe(service.CANCEL_CHANNEL, subscription)
 
     async def _call_runtime(self, run: Run) -> str | None:
         try:
@@ -257,6 +318,9 @@ class Worker:
                     await signal_queries.end_and_claim(
                         conn, run_id=ended.id, run_error=_storable(error), ended_at=now, signal_id=signal.id,
                         signal_error=_storable(step.signal_error),
+                        signal_error_if_cancelled=_storable(
+                            step.signal_error if step.cancelled else _with_cancel(step.signal_error, ended)
+                        ),
                     ),
                 )
             else:
@@ -274,7 +338,7 @@ class Worker:
                     "duration_ms": round(step.ran_s * 1000, 3),
                 },
             )
-        if step.start is not None:
+        if step.start is not None and step.start_refused is None:
             _log_started(step.start, signal)
         if step.end_signal:
             logger.info(
@@ -301,9 +365,16 @@ class Worker:
             )
         if step.ended is not None:
             ended, error = step.ended
-            await run_queries.finish(conn, id=ended.id, error=_storable(error), ended_at=now)
+            ran = await run_queries.finish(conn, id=ended.id, error=_storable(error), ended_at=now)
+            if not ran and not step.cancelled:
+                # The operator cancelled it as it ended: the cancel stands, and fails the Signal.
+                step.ended_cancelled = True
+                step.signal_error = _with_cancel(step.signal_error, ended)
         if step.start is not None and not starts_recorded:
-            await run_queries.start(conn, id=step.start.id, started_at=now)
+            if not await run_queries.start(conn, id=step.start.id, started_at=now):
+                # An operator cancelled it, or another Run of its Signal, meanwhile: say which.
+                refused = await run_queries.get(conn, id=step.start.id)
+                step.start_refused = refused.error if refused is not None else service.CANCELLED_ERROR
         if step.abandon is not None:
             await run_queries.fail_unfinished(
                 conn, state=run_queries.RUNNING, error=step.abandon, ended_at=now, signal_id=signal.id
@@ -351,8 +422,11 @@ class _Step:
     signal: Signal
     record: list[Run] = dataclasses.field(default_factory=list)
     ended: tuple[Run, str | None] | None = None
+    cancelled: bool = False  # ``ended`` was cancelled by the operator, and so recorded already
     ran_s: float = 0.0  # how long the ended Run executed
     start: Run | None = None
+    start_refused: str | None = None  # set by the write: ``start`` had been cancelled (this error), so it did not start
+    ended_cancelled: bool = False  # set by the write: ``ended`` had been cancelled, so it was not ended
     fail_pending: bool = False
     abandon: str | None = None  # fail the running Run with this error, and the pending ones
     end_signal: bool = False
@@ -375,6 +449,12 @@ def _runs(signal: Signal, prompts: list[Prompt]) -> list[Run]:
         session = f"run_{run_id}" if prompt.session is None else prompt.session
         runs.append(Run(run_id, signal.id, session, prompt.text, run_queries.PENDING, None, None, None))
     return runs
+
+
+def _with_cancel(signal_error: str | None, run: Run) -> str:
+    """``signal_error`` when ``run``, which the worker saw end, turns out cancelled by the operator."""
+    cancel = f"Run {run.id} (session {run.session}) failed: {service.CANCELLED_ERROR}"
+    return cancel if signal_error is None else f"{signal_error}; {cancel}"
 
 
 def _signal_error(

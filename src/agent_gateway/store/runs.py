@@ -156,3 +156,21 @@ async def fail_unfinished(
         of_signals = runs.c.signal_id == signal_id
     query = runs.update().where(of_signals, runs.c.state == state).values(state=FAILED, error=error, ended_at=ended_at)
     return (await conn.execute(query)).rowcount
+
+
+async def cancel(conn: AsyncConnection, *, id: str, error: str, ended_at: str) -> Run | None:
+    """Fail a ``pending`` or ``running`` Run with ``error``; None when it has ended or does not exist."""
+    query = (
+        runs.update()
+        .where(runs.c.id == id, runs.c.state.in_((PENDING, RUNNING)))
+        .values(state=FAILED, error=error, ended_at=ended_at)
+        .returning(*_COLUMNS)
+    )
+    row = (await conn.execute(query)).first()
+    return Run.from_row(row) if row else None
+
+
+async def count_failed_with(conn: AsyncConnection, *, error: str) -> int:
+    """How many Runs are ``failed`` with exactly ``error``."""
+    query = sa.select(sa.func.count()).where(runs.c.state == FAILED, runs.c.error == error)
+    return (await conn.execute(query)).scalar_one()

@@ -84,13 +84,36 @@ _FINISH = direct.Query(
     .values(state=sa.bindparam("signal_state"), error=sa.bindparam("signal_error"))
     .returning(signals.c.id)
 )
-# On PostgreSQL a Run's end, its Signal's end and the next claim are one statement: each
-# statement costs a round trip, most of what the worker waits for per Signal. The ends are
-# data-modifying CTEs, run once and to completion; every part sees the statement's one
-# snapshot, in which the ended Signal is processing, not pending, so it is never claimed.
-_END_AND_CLAIM = direct.Query(
-    _claim("postgresql").add_cte(run_queries.FINISH.statement.cte("ended_run"), _FINISH.statement.cte("ended_signal"))
-)
+
+
+def _end_and_claim() -> sa.Update:
+    """On PostgreSQL a Run's end, its Signal's end and the next claim are one statement: each
+    statement costs a round trip, most of what the worker waits for per Signal. The ends are
+    data-modifying CTEs, run once and to completion; every part sees the statement's one
+    snapshot, in which the ended Signal is processing, not pending, so it is never claimed.
+
+    A Run the operator cancelled (no longer ``running``) is not ended again: then the Signal
+    ends ``failed`` with ``signal_error_if_cancelled``, whatever the Run's program did.
+    """
+    ended_run = run_queries.FINISH.statement.cte("ended_run")
+    ran = sa.exists(sa.select(ended_run.c.id))
+    ended_signal = (
+        signals.update()
+        .where(signals.c.id == sa.bindparam("signal_id"), signals.c.state == PROCESSING)
+        .values(
+            state=sa.case((ran, sa.bindparam("signal_state", type_=sa.String)), else_=FAILED),
+            error=sa.case(
+                (ran, sa.bindparam("signal_error", type_=sa.String)),
+                else_=sa.bindparam("signal_error_if_cancelled", type_=sa.String),
+            ),
+        )
+        .returning(signals.c.id)
+        .cte("ended_signal")
+    )
+    return _claim("postgresql").add_cte(ended_run, ended_signal)
+
+
+_END_AND_CLAIM = direct.Query(_end_and_claim())
 
 
 async def insert(conn: AsyncConnection, *, id: str, kind: str, payload: Any, emitted_at: str) -> None:
@@ -145,16 +168,21 @@ def _finish_params(id: str, error: str | None) -> dict[str, str | None]:
 
 
 async def end_and_claim(
-    conn: AsyncConnection, *, run_id: str, run_error: str | None, ended_at: str, signal_id: str, signal_error: str | None
+    conn: AsyncConnection, *, run_id: str, run_error: str | None, ended_at: str, signal_id: str,
+    signal_error: str | None, signal_error_if_cancelled: str,
 ) -> Signal | None:
     """End a ``running`` Run and its ``processing`` Signal (each ``done`` without an error,
     ``failed`` with one), then claim the oldest pending Signal, as ``runs.finish``, :func:`finish`
-    and :func:`claim_oldest` in this order would; one statement on PostgreSQL."""
+    and :func:`claim_oldest` in this order would; one statement on PostgreSQL. When the Run
+    is no longer running (an operator cancelled it), the Signal fails with
+    ``signal_error_if_cancelled`` instead."""
     if conn.dialect.name != "postgresql":  # SQLite's statements cost no round trip
-        await run_queries.finish(conn, id=run_id, error=run_error, ended_at=ended_at)
+        if not await run_queries.finish(conn, id=run_id, error=run_error, ended_at=ended_at):
+            signal_error = signal_error_if_cancelled
         await finish(conn, id=signal_id, error=signal_error)
         return await claim_oldest(conn)
     params = run_queries.finish_params(id=run_id, error=run_error, ended_at=ended_at) | _finish_params(signal_id, signal_error)
+    params["signal_error_if_cancelled"] = signal_error_if_cancelled
     rows = await direct.run(conn, _END_AND_CLAIM, **params)
     return Signal.from_driver(rows[0]) if rows else None
 
@@ -168,3 +196,21 @@ async def fail_processing(conn: AsyncConnection, *, error: str) -> list[str]:
         .returning(signals.c.id)
     )
     return list((await conn.execute(query)).scalars())
+
+
+async def cancel(conn: AsyncConnection, *, id: str, error: str) -> Signal | None:
+    """Fail a ``pending`` Signal with ``error``; None when it is in another state or does not exist."""
+    query = (
+        signals.update()
+        .where(signals.c.id == id, signals.c.state == PENDING)
+        .values(state=FAILED, error=error)
+        .returning(*_COLUMNS)
+    )
+    row = (await conn.execute(query)).first()
+    return Signal.from_row(row) if row else None
+
+
+async def count_failed_with(conn: AsyncConnection, *, error: str) -> int:
+    """How many Signals are ``failed`` with exactly ``error``."""
+    query = sa.select(sa.func.count()).where(signals.c.state == FAILED, signals.c.error == error)
+    return (await conn.execute(query)).scalar_one()
