@@ -47,6 +47,7 @@ from agent_gateway.store.engine import Store
 from agent_gateway.store.notifications import Subscription
 from agent_gateway.store.runs import Run
 from agent_gateway.store.signals import Signal
+from agent_gateway.webhooks import outbox
 
 logger = logging.getLogger(__name__)
 
@@ -259,6 +260,9 @@ class Worker:
                         signal_error=_storable(step.signal_error),
                     ),
                 )
+                await outbox.runs_ended(conn, [ended.id])
+                if step.signal_error is not None:
+                    await outbox.signals_failed(conn, [signal.id])
             else:
                 claimed = await self._apply(conn, step, now)
         if step.ended is not None:
@@ -292,6 +296,7 @@ class Worker:
     async def _apply(self, conn: AsyncConnection, step: _Step, now: str) -> _Claimed | None:
         """The writes of ``step`` in ``conn``'s transaction, in order; the next Signal when it claims one."""
         signal = step.signal
+        ended_runs: list[str] = []
         # The Run this step starts is recorded running when the step records it.
         starts_recorded = bool(step.record) and step.start is step.record[0]
         if step.record:
@@ -301,20 +306,24 @@ class Worker:
             )
         if step.ended is not None:
             ended, error = step.ended
-            await run_queries.finish(conn, id=ended.id, error=_storable(error), ended_at=now)
+            if await run_queries.finish(conn, id=ended.id, error=_storable(error), ended_at=now):
+                ended_runs.append(ended.id)
         if step.start is not None and not starts_recorded:
             await run_queries.start(conn, id=step.start.id, started_at=now)
         if step.abandon is not None:
-            await run_queries.fail_unfinished(
+            ended_runs += await run_queries.fail_unfinished(
                 conn, state=run_queries.RUNNING, error=step.abandon, ended_at=now, signal_id=signal.id
             )
         if step.fail_pending or step.abandon is not None:
-            await run_queries.fail_unfinished(
+            ended_runs += await run_queries.fail_unfinished(
                 conn, state=run_queries.PENDING, error=service.NOT_STARTED_RUN_ERROR, ended_at=now,
                 signal_id=signal.id,
             )
+        await outbox.runs_ended(conn, ended_runs)
         if step.end_signal:
-            await signal_queries.finish(conn, id=signal.id, error=_storable(step.signal_error))
+            finished = await signal_queries.finish(conn, id=signal.id, error=_storable(step.signal_error))
+            if finished and step.signal_error is not None:
+                await outbox.signals_failed(conn, [signal.id])
             if step.claim_next and not self._stop.is_set():
                 return await self._claim(conn)
         return None
