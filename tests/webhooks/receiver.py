@@ -52,6 +52,8 @@ class Receiver:
         self.hold.set()  # set: answer at once
         self.holding = threading.Event()  # set while a request is held
         self.delay_s = 0.0
+        # Instead of 204: this status, these extra headers and this body for every request.
+        self.answer: tuple[int, dict[str, str], bytes] | None = None
         self.overlapped: list[str] = []
         self._in_flight: set[str] = set()
         self._lock = threading.Condition()
@@ -74,9 +76,18 @@ class Receiver:
                 body = self.rfile.read(int(self.headers.get("content-length", "0")))
                 headers = {key.lower(): value for key, value in self.headers.items()}
                 status = receiver._receive(headers, body)
+                extra, content = {}, b""
+                if receiver.answer is not None and status == receiver.answer[0]:
+                    _, extra, content = receiver.answer
                 self.send_response(status)
-                self.send_header("content-length", "0")
+                for name, value in extra.items():
+                    self.send_header(name, value)
+                self.send_header("content-length", str(len(content)))
                 self.end_headers()
+                try:
+                    self.wfile.write(content)
+                except OSError:  # the gateway stopped reading (its response-size cap)
+                    pass
 
             def log_message(self, *args: object) -> None:
                 pass
@@ -107,7 +118,7 @@ class Receiver:
                     self.fail_first -= 1
                     status = 500
                 else:
-                    status = 204
+                    status = 204 if self.answer is None else self.answer[0]
                 self.received.append(Received(message_id, headers, body, verified, status))
                 self._lock.notify_all()
             return status
