@@ -80,8 +80,9 @@ _INSERT = direct.Query(
                 column: sa.bindparam(column)
                 for column in ("id", "url", "event", "body", "created_at", "next_attempt_at", "retry_from")
             },
-            "state": PENDING,
-            "attempts": 0,
+            # Written into the statement, not bound: each row then binds only its own values.
+            "state": sa.literal_column(f"'{PENDING}'"),
+            "attempts": sa.literal_column("0"),
         }
     )
     .inline()
