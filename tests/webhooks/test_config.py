@@ -145,3 +145,14 @@ def test_serve_refuses_a_bad_table_with_one_line(tmp_path: Path) -> None:
     )
     assert result.returncode == 1
     assert result.stderr == "agent-gateway: error: webhooks[0].secret_env: the environment variable NOT_SET is not set or empty\n"
+
+
+def test_the_documented_secret_command_makes_a_usable_secret(tmp_path: Path) -> None:
+    """The command docs/operate/webhooks.md gives for making a secret."""
+    command = """python3 -c 'import base64, os; print("whsec_" + base64.b64encode(os.urandom(24)).decode())'"""
+    page = (Path(__file__).resolve().parents[2] / "docs" / "operate" / "webhooks.md").read_text()
+    assert command in page
+    made = subprocess.run(["sh", "-c", command], capture_output=True, text=True, timeout=60, check=True).stdout
+    (tmp_path / "secret").write_text(made)
+    settings = load(tmp_path, '[[webhooks]]\nurl = "https://example.com/"\nevents = ["run.ended"]\nsecret_file = "secret"\n')
+    assert settings.webhooks[0].secret == made.strip()
