@@ -10,12 +10,14 @@ whose one line names the setting and the reason.
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import datetime
 import ipaddress
 import os
 import re
 import tomllib
+import urllib.parse
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -37,6 +39,13 @@ RUNTIME_MODES = ("per-run", "persistent")
 SANDBOX_MODES = ("auto", "bubblewrap", "none")
 # A stream re-checks its Token at least every 10 s (issue 13).
 MAX_STREAM_AUTH_CHECK_MS = 10_000
+# What a [[webhooks]] endpoint can subscribe to; the names are the payloads' "type" too.
+WEBHOOK_EVENTS = (
+    "run.ended", "signal.failed", "message.outbound", "message.inbound", "decision.published", "schedule.fired",
+)
+_WEBHOOK_KEYS = frozenset({"url", "events", "secret_file", "secret_env", "allow_private"})
+# A Standard Webhooks secret: "whsec_" and the key in base64.
+_WEBHOOK_SECRET = re.compile(r"whsec_([A-Za-z0-9+/]+={0,2})")
 
 
 class SettingsError(Exception):
@@ -94,6 +103,17 @@ class ScryptCost:
 
 
 @dataclasses.dataclass(frozen=True)
+class WebhookEndpoint:
+    """One ``[[webhooks]]`` table: where to POST which events, signed with which secret."""
+
+    url: str
+    events: frozenset[str]
+    # Read from secret_file or secret_env at load; never printed, logged or sent.
+    secret: str = dataclasses.field(repr=False)
+    allow_private: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
 class Settings:
     token_ttl_ms: int
     database_url: str = "sqlite:///gateway.db"
@@ -143,6 +163,11 @@ class Settings:
     stream_poll_ms: int = 50
     # The file the settings were read from (not a setting): its folder is never shown to the agent.
     config_file: Path | None = None
+    # Webhooks (webhooks/): the endpoints, and how their deliveries are retried and sent.
+    webhooks: tuple[WebhookEndpoint, ...] = ()
+    webhook_retry_for: datetime.timedelta = datetime.timedelta(days=1)
+    webhook_first_retry_ms: int = 5_000
+    webhook_timeout_ms: int = 10_000
 
     @property
     def access_log(self) -> bool:
@@ -312,6 +337,113 @@ def _origin(value: Any) -> str:
 
 
 @dataclasses.dataclass(frozen=True)
+class _WebhookTable:
+    """A ``[[webhooks]]`` table as written; :func:`_webhook_endpoint` reads its secret."""
+
+    where: str
+    url: str
+    events: frozenset[str]
+    secret_file: str | None
+    secret_env: str | None
+    allow_private: bool
+
+
+def _webhooks(value: Any) -> tuple[_WebhookTable, ...]:
+    tables = _json_or(list)(value)
+    parsed: list[_WebhookTable] = []
+    for index, table in enumerate(tables):
+        where = f"webhooks[{index}]"
+        if not isinstance(table, dict):
+            raise ValueError(f"{where} must be a table")
+        for key in table:
+            if key not in _WEBHOOK_KEYS:
+                raise ValueError(f"{where}.{key}: unknown key (known: {', '.join(sorted(_WEBHOOK_KEYS))})")
+        parsed.append(_webhook_table(where, table))
+        if any(other.url == parsed[-1].url for other in parsed[:-1]):
+            raise ValueError(f"{where}.url: {parsed[-1].url} is already an endpoint; give each URL one table")
+    return tuple(parsed)
+
+
+def _webhook_table(where: str, table: dict[str, Any]) -> _WebhookTable:
+    url = table.get("url")
+    host = _webhook_host(url)
+    if host is None:
+        raise ValueError(f"{where}.url: must be an http:// or https:// URL with a host and no credentials (got {url!r})")
+    allow_private = table.get("allow_private", False)
+    if not isinstance(allow_private, bool):
+        raise ValueError(f"{where}.allow_private: must be true or false")
+    try:
+        literal = ipaddress.ip_address(host)
+    except ValueError:
+        literal = None
+    if literal is not None and not literal.is_global and not allow_private:
+        raise ValueError(f"{where}.url: {host} is not a public address; set allow_private = true to send there")
+    events = table.get("events")
+    if not isinstance(events, list) or not events or not all(isinstance(event, str) for event in events):
+        raise ValueError(f"{where}.events: must be a non-empty list of event names ({', '.join(WEBHOOK_EVENTS)})")
+    for event in events:
+        if event not in WEBHOOK_EVENTS:
+            raise ValueError(f"{where}.events: unknown event {event!r} (known: {', '.join(WEBHOOK_EVENTS)})")
+    secret_file, secret_env = table.get("secret_file"), table.get("secret_env")
+    if (secret_file is None) == (secret_env is None):
+        raise ValueError(f"{where}: give secret_file or secret_env (one of them; never the secret itself)")
+    for key, name in (("secret_file", secret_file), ("secret_env", secret_env)):
+        if name is not None and (not isinstance(name, str) or not name):
+            raise ValueError(f"{where}.{key}: must be a non-empty string")
+    return _WebhookTable(where, url, frozenset(events), secret_file, secret_env, allow_private)
+
+
+def _webhook_host(url: Any) -> str | None:
+    """The host of a webhook URL, or None when it is not one the deliverer can send to."""
+    if not isinstance(url, str) or any(c.isspace() for c in url):
+        return None
+    try:
+        parts = urllib.parse.urlsplit(url)
+        parts.port  # a port that is not a number raises here
+    except ValueError:
+        return None
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.username is not None:
+        return None
+    return parts.hostname
+
+
+def _webhook_endpoint(table: _WebhookTable, base: Path, environ: Mapping[str, str]) -> WebhookEndpoint:
+    """The endpoint of ``table``, its secret read from its file (relative to ``base``) or variable."""
+    if table.secret_file is not None:
+        source = f"{table.where}.secret_file"
+        try:
+            secret = (base / table.secret_file).read_text(encoding="utf-8").strip()
+        except FileNotFoundError:
+            raise SettingsError(f"{source}: no such file: {base / table.secret_file}") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise SettingsError(f"{source}: cannot read {base / table.secret_file}: {type(exc).__name__}") from None
+    else:
+        source = f"{table.where}.secret_env"
+        secret = environ.get(table.secret_env or "", "").strip()
+        if not secret:
+            raise SettingsError(f"{source}: the environment variable {table.secret_env} is not set or empty")
+    match = _WEBHOOK_SECRET.fullmatch(secret)
+    if not match or not _base64(match.group(1)):
+        # Never echo the value: it is (or was meant to be) the secret.
+        raise SettingsError(f'{source}: the secret must be "whsec_" followed by base64 (a Standard Webhooks secret)')
+    return WebhookEndpoint(table.url, table.events, secret, table.allow_private)
+
+
+def _base64(text: str) -> bytes:
+    try:
+        return base64.b64decode(text + "=" * (-len(text) % 4), validate=True)
+    except ValueError:
+        return b""
+
+
+def _min_age(value: Any) -> datetime.timedelta:
+    age = parse_age(value)
+    if age < datetime.timedelta(minutes=1):
+        raise ValueError("must be at least 1m")
+    return age
+
+
+@dataclasses.dataclass(frozen=True)
 class _Key:
     path: tuple[str, ...]
     field: str
@@ -458,6 +590,24 @@ _KEYS = (
     _Key(("streams", "poll_ms"), "stream_poll_ms", lambda v: _int(v, maximum=10_000),
          default='`50`',
          doc='SQLite with `http.workers > 1` only: how often each HTTP process looks for Messages written by the others (1..10000)'),
+    _Key(("webhooks",), "webhooks", _webhooks,
+         default='none',
+         doc='the webhook endpoints, one `[[webhooks]]` table each (the whole list as JSON in the variable): '
+             '`url` (http or https), `events` (a list of `run.ended`, `signal.failed`, `message.outbound`, '
+             '`message.inbound`, `decision.published`, `schedule.fired`), `secret_file` or `secret_env` (where '
+             'the Standard Webhooks secret, `whsec_` and base64, is read; never the secret itself) and '
+             '`allow_private` (default `false`: loopback, link-local and private addresses are refused); '
+             'see [Webhooks](/operate/webhooks.md)'),
+    _Key(("webhook_delivery", "retry_for"), "webhook_retry_for", _min_age,
+         default='`1d`',
+         doc='an age (at least `1m`): a delivery that has failed is retried, with exponential backoff, until '
+             'this long after its event, then marked dead'),
+    _Key(("webhook_delivery", "first_retry_ms"), "webhook_first_retry_ms", lambda v: _int(v, maximum=3_600_000),
+         default='`5000`',
+         doc='the wait after the first failed attempt; each following wait is three times the one before, at most six hours'),
+    _Key(("webhook_delivery", "timeout_ms"), "webhook_timeout_ms", lambda v: _int(v, maximum=300_000),
+         default='`10000`',
+         doc='one delivery attempt (connect, send, the answer) fails after this long'),
 )
 
 
@@ -469,7 +619,7 @@ def named(field: str) -> str:
 
 _KNOWN_TABLES = {
     "database", "public", "agent", "signing", "auth", "scheduler", "http", "runtime", "handlers", "signals", "log",
-    "ops", "retention", "transparency", "streams",
+    "ops", "retention", "transparency", "streams", "webhooks", "webhook_delivery",
 }
 
 
@@ -487,6 +637,8 @@ def _check_unknown(document: Mapping[str, Any]) -> None:
     for table, body in document.items():
         if table not in _KNOWN_TABLES:
             raise SettingsError(f"{table}: unknown setting")
+        if table == "webhooks":  # an array of tables, checked by its parser
+            continue
         if not isinstance(body, Mapping):
             # Ignoring it would quietly serve the defaults the operator meant to change.
             raise SettingsError(f"{table}: must be a table ([{table}])")
@@ -536,6 +688,8 @@ def load(
             value = key.parse(raw)
         except ValueError as exc:
             where = key.dotted if source == key.dotted else f"{key.dotted} ({source})"
+            if str(exc).startswith(f"{key.dotted}["):  # names the table of a list itself ([[webhooks]])
+                raise SettingsError(str(exc) if source == key.dotted else f"{exc} (in {source})") from None
             raise SettingsError(f"{where}: {exc}") from None
         if key.is_path:
             value = tuple(base / item for item in value) if isinstance(value, tuple) else base / value
@@ -552,6 +706,8 @@ def load(
             "the lifetime of every Token in milliseconds (no default)"
         )
     values["database_url"] = _resolve_sqlite(values.get("database_url", Settings.database_url), base)
+    if "webhooks" in values:
+        values["webhooks"] = tuple(_webhook_endpoint(table, base, environ) for table in values["webhooks"])
     return Settings(scrypt=ScryptCost(**scrypt), **values)
 
 

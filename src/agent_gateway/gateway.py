@@ -39,6 +39,7 @@ from agent_gateway.transparency import routes as transparency_routes
 from agent_gateway.transparency import service as transparency_service
 from agent_gateway.users import routes as users_routes
 from agent_gateway.web import routes as web_routes
+from agent_gateway.webhooks.deliverer import Deliverer, Policy
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +51,15 @@ PUBLIC_DESCRIPTION = "The Public server, called by Users' clients; protected rou
 
 
 ROLES = ("api", "worker", "scheduler")
+
+
+def webhook_urls(settings: Settings) -> dict[str, tuple[str, ...]]:
+    """Each event's subscribed endpoints (their URLs), in the order of the ``[[webhooks]]`` tables."""
+    urls: dict[str, tuple[str, ...]] = {}
+    for endpoint in settings.webhooks:
+        for event in sorted(endpoint.events):
+            urls[event] = (*urls.get(event, ()), endpoint.url)
+    return urls
 
 
 class Gateway:
@@ -73,6 +83,8 @@ class Gateway:
         # Loaded once; the gateway refuses to start without a usable signing key.
         self.identity = SigningIdentity.from_settings(settings)
         self.store = Store(settings.database_url)
+        # Every writer of an event records its deliveries for these endpoints (webhooks.outbox).
+        self.store.webhook_urls = webhook_urls(settings)
         self.publisher = decisions_service.Publisher(self.store, self.identity)
         self.messages = messages_service.Writer(self.store)
         self.checkpoints = transparency_service.Checkpoints(
@@ -107,6 +119,12 @@ class Gateway:
         # Every scheduler process runs a timer; their claims on due rows are exclusive.
         self.schedule_timer = (
             Timer(self.store, max_sleep_ms=settings.scheduler_max_sleep_ms) if "scheduler" in roles else None
+        )
+        # Every worker process delivers webhooks, leading or not: deliveries are claimed row by row.
+        self.deliverer = (
+            Deliverer(self.store, settings.webhooks, Policy.from_settings(settings))
+            if "worker" in roles and settings.webhooks
+            else None
         )
         # retention.signals_max_age: the Scheduler role prunes ended Signals once an hour.
         self.pruner = (
@@ -192,13 +210,15 @@ class Gateway:
         return None if "worker" not in self.roles else bool(self.worker and self.worker.active)
 
     def loops_alive(self) -> dict[str, bool]:
-        """Whether each loop of this process's roles runs: ``worker`` (leading or standing by)
-        and ``scheduler``."""
+        """Whether each loop of this process's roles runs: ``worker`` (leading or standing by),
+        ``scheduler`` and ``webhooks`` (the deliverer)."""
         alive = {}
         if "worker" in self.roles:
             alive["worker"] = self._worker_task is not None and not self._worker_task.done()
         if self.schedule_timer is not None:
             alive["scheduler"] = self.schedule_timer.running
+        if self.deliverer is not None:
+            alive["webhooks"] = self.deliverer.running
         return alive
 
     def _app(self, title: str, description: str, routers: list) -> FastAPI:
@@ -228,6 +248,8 @@ class Gateway:
             self.schedule_timer.start()
         if self.pruner is not None:
             self.pruner.start()
+        if self.deliverer is not None:
+            self.deliverer.start()
         if "worker" in self.roles:
             # One Signal Worker across the deployment: it works while this process leads.
             self.worker = Worker(self.store, self.handlers, self.runtime)
@@ -247,6 +269,8 @@ class Gateway:
             await self.schedule_timer.stop()
         if self.pruner is not None:
             await self.pruner.stop()
+        if self.deliverer is not None:
+            await self.deliverer.stop()
         if self.worker is not None and self._worker_task is not None:
             self.worker.stop()
             if not self.worker.active:

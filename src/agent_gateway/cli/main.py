@@ -22,7 +22,7 @@ except ImportError:  # pragma: no cover - an older Typer on the real click
 
 from agent_gateway import config, deployment, errors
 from agent_gateway.cli import (
-    audit, chat, common, decisions, keys, mcp, messages, retention, schedules, sign, signals, tokens, users,
+    audit, chat, common, decisions, keys, mcp, messages, retention, schedules, sign, signals, tokens, users, webhooks,
 )
 from agent_gateway.cli.common import ConfigOption, fail, load_settings, masked, on_database, with_store
 from agent_gateway.ops import logs
@@ -52,6 +52,7 @@ app.add_typer(signals.signals_app, name="signals")
 app.add_typer(signals.runs_app, name="runs")
 app.add_typer(messages.app, name="messages")
 app.add_typer(decisions.app, name="decisions")
+app.add_typer(webhooks.app, name="webhooks")
 app.command("sign")(sign.sign)
 app.command("verify")(sign.verify)
 app.command("prune")(retention.prune)

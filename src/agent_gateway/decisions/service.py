@@ -23,6 +23,7 @@ from agent_gateway.store.batch import Batcher
 from agent_gateway.store.decisions import Decision
 from agent_gateway.store.engine import Store, on_commit
 from agent_gateway.store.window import Window
+from agent_gateway.webhooks import outbox
 
 __all__ = ["Decision", "DecisionNotFound", "Publisher", "get", "publish", "publish_many", "read"]
 
@@ -61,6 +62,7 @@ async def publish_many(conn: AsyncConnection, identity: SigningIdentity, stateme
     # The Merkle tree grows in the same transaction, leaves in seq order (see store.tree).
     growth = await tree.growth(conn, numbers, [decision.jws.encode() for decision in published])
     await queries.insert(conn, published, growth)
+    await outbox.add(conn, outbox.DECISION_PUBLISHED, ((d.created_at, d.to_json()) for d in published))
     return published
 
 

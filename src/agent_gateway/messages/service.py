@@ -31,6 +31,7 @@ from agent_gateway.store.engine import Store
 from agent_gateway.store.messages import LostRace, Message
 from agent_gateway.store.window import Window
 from agent_gateway.users.service import UserNotFound
+from agent_gateway.webhooks import outbox
 
 __all__ = ["Draft", "InvalidText", "LostRace", "Message", "RECEIVED", "Writer", "append_many", "channel", "read", "receive", "send"]
 
@@ -106,6 +107,10 @@ async def append_many(conn: AsyncConnection, drafts: Sequence[Draft]) -> list[Me
     received = [m.to_json() for m in recorded if isinstance(m, Message) and m.direction == INBOUND]
     if received:
         await signals.emit_many(conn, RECEIVED, received)
+    for direction, event in ((INBOUND, outbox.MESSAGE_INBOUND), (OUTBOUND, outbox.MESSAGE_OUTBOUND)):
+        await outbox.add(
+            conn, event, ((m.created_at, m.to_json()) for m in recorded if isinstance(m, Message) and m.direction == direction)
+        )
     return recorded
 
 

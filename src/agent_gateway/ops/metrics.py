@@ -55,6 +55,23 @@ message_write_conflicts = Counter(
 egress_refused = Counter(
     f"{PREFIX}_sandbox_egress_refused", "Connections the sandbox's egress proxy refused (runtime.allow_hosts)."
 )
+# Webhooks: an attempt is one request; a delivery's latency runs from its event to its success,
+# retries included, so its buckets reach the day a delivery may be retried for.
+WEBHOOK_LATENCY_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0, 30.0, 60.0, 300.0, 3600.0, 21600.0, 86400.0)
+webhook_deliveries = Counter(
+    f"{PREFIX}_webhook_deliveries",
+    "Webhook delivery attempts, by outcome: delivered, failed (retried later), dead (retries over), "
+    "superseded (its claim had lapsed).",
+    ("outcome",),
+)
+webhook_delivery_latency = Histogram(
+    f"{PREFIX}_webhook_delivery_latency_seconds",
+    "From an event to its webhook delivery's success, retries included.",
+    buckets=WEBHOOK_LATENCY_BUCKETS,
+)
+webhook_attempt_duration = Histogram(
+    f"{PREFIX}_webhook_attempt_duration_seconds", "How long one webhook delivery attempt took.", buckets=REQUEST_BUCKETS
+)
 # Summed over the live processes: with several HTTP processes each has its own pool.
 db_pool_in_use = Gauge(
     f"{PREFIX}_db_pool_connections_in_use",
@@ -72,6 +89,8 @@ _UNLABELLED = (
     message_write_conflicts,
     run_duration,
     schedule_fire_lateness,
+    webhook_delivery_latency,
+    webhook_attempt_duration,
     db_pool_in_use,
     db_pool_waiting,
 )

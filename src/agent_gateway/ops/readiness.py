@@ -10,19 +10,16 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
 
+from agent_gateway.ops.view import GatewayView
 from agent_gateway.store import migrate
-
-if TYPE_CHECKING:
-    from agent_gateway.gateway import Gateway
 
 CHECK_TIMEOUT_S = 2.0
 OK = "ok"
-LOOP_NAMES = {"worker": "Signal Worker", "scheduler": "Scheduler"}
+LOOP_NAMES = {"worker": "Signal Worker", "scheduler": "Scheduler", "webhooks": "webhook deliverer"}
 
 
-async def check(gateway: Gateway) -> dict[str, str]:
+async def check(gateway: GatewayView) -> dict[str, str]:
     """Each check's outcome, ``"ok"`` or why not."""
     checks = {"database": await _bounded(lambda: _database(gateway))}
     for loop, alive in gateway.loops_alive().items():
@@ -30,7 +27,7 @@ async def check(gateway: Gateway) -> dict[str, str]:
     return checks
 
 
-async def _database(gateway: Gateway) -> str:
+async def _database(gateway: GatewayView) -> str:
     found = await migrate.schema(gateway.store.engine)  # a connection and a read: it answers
     if not found.is_current:
         return f"the database schema is not current ({found.revision or 'none'}): run agent-gateway migrate"

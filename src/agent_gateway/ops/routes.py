@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from fastapi import FastAPI, Request
 from starlette.responses import Response
@@ -15,10 +15,8 @@ from agent_gateway.http.app import router as new_router
 from agent_gateway.http.routing import json_response
 from agent_gateway.ops import metrics, readiness
 from agent_gateway.signals import service as signals
+from agent_gateway.ops.view import GatewayView
 from agent_gateway.store import signals as signal_queries
-
-if TYPE_CHECKING:
-    from agent_gateway.gateway import Gateway
 
 logger = logging.getLogger(__name__)
 
@@ -44,7 +42,7 @@ async def readyz(request: Request) -> Any:
 
 @ops.get("/metrics", summary="Prometheus text exposition")
 async def metrics_text(request: Request) -> Any:
-    gateway: Gateway = request.app.state.gateway
+    gateway: GatewayView = request.app.state.gateway
     sampled = gateway.sampled
     if time.monotonic() - sampled.signals_at >= SIGNALS_CACHE_S:
         try:
@@ -61,7 +59,7 @@ async def metrics_text(request: Request) -> Any:
     return Response(metrics.exposition(sampled), media_type=PROMETHEUS_TEXT)
 
 
-def create(gateway: Gateway) -> FastAPI:
+def create(gateway: GatewayView) -> FastAPI:
     app = create_app("agent-gateway: ops listener", "Health, readiness and Prometheus metrics.", [ops], OPS_BODY_LIMIT)
     app.state.gateway = gateway
     return app

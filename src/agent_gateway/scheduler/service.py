@@ -23,6 +23,7 @@ from agent_gateway.signals import service as signals
 from agent_gateway.store import engine
 from agent_gateway.store import schedules as queries
 from agent_gateway.store.schedules import Schedule
+from agent_gateway.webhooks import outbox
 
 __all__ = [
     "CHANNEL",
@@ -181,7 +182,7 @@ async def fire_due(conn: AsyncConnection, *, limit: int) -> list[Fired]:
     replayed. Claimed rows are exclusive to this transaction, so each
     occurrence is announced once however many firers run.
     """
-    emitted, spent, advanced = [], [], {}
+    emitted, announced, spent, advanced = [], [], [], {}
     for schedule in await queries.claim_due(conn, now=clock.now_iso(), limit=limit):
         fired_at = clock.now()
         lateness = fired_at - clock.parse_instant(schedule.next_fire_at)
@@ -191,8 +192,9 @@ async def fire_due(conn: AsyncConnection, *, limit: int) -> list[Fired]:
             "firedAt": clock.format_instant(fired_at),
             "data": schedule.data,
         }
-        signal_id = await signals.emit(conn, FIRED_KIND, payload)
-        emitted.append(Fired(signal_id, max(0.0, lateness.total_seconds())))
+        [signal] = await signals.emit_signals(conn, FIRED_KIND, [payload])
+        announced.append(signal)
+        emitted.append(Fired(signal.id, max(0.0, lateness.total_seconds())))
         following = None
         if schedule.kind == "cron":
             assert schedule.expr is not None and schedule.tz is not None
@@ -204,4 +206,6 @@ async def fire_due(conn: AsyncConnection, *, limit: int) -> list[Fired]:
     # One statement each for the whole batch: a burst of fires costs fewer round trips.
     await queries.retire(conn, names=spent)
     await queries.advance(conn, next_fire_at=advanced)
+    # schedule.fired carries the Signal each fire emitted: its payload is the fire's record.
+    await outbox.add(conn, outbox.SCHEDULE_FIRED, ((s.emitted_at, s.to_json()) for s in announced))
     return emitted

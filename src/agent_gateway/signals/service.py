@@ -19,6 +19,7 @@ from agent_gateway.store import runs as run_queries
 from agent_gateway.store import signals as signal_queries
 from agent_gateway.store.runs import Run
 from agent_gateway.store.signals import Signal
+from agent_gateway.webhooks import outbox
 
 __all__ = [
     "CANCELLED_ERROR",
@@ -34,6 +35,7 @@ __all__ = [
     "count_cancelled",
     "emit",
     "emit_many",
+    "emit_signals",
     "get_run",
     "get_signal",
     "list_runs",
@@ -81,10 +83,15 @@ async def emit(conn: AsyncConnection, kind: str, payload: Any) -> str:
 
 async def emit_many(conn: AsyncConnection, kind: str, payloads: Sequence[Any]) -> list[str]:
     """:func:`emit` a Signal of ``kind`` for each of ``payloads``, in that order; return their ids."""
+    return [signal.id for signal in await emit_signals(conn, kind, payloads)]
+
+
+async def emit_signals(conn: AsyncConnection, kind: str, payloads: Sequence[Any]) -> list[Signal]:
+    """:func:`emit_many`, returning the pending Signals as recorded."""
     pending = [(str(uuid.uuid4()), kind, payload, clock.now_iso()) for payload in payloads]
     await signal_queries.insert_many(conn, pending)
     engine.notify(conn, CHANNEL)
-    return [signal_id for signal_id, *_ in pending]
+    return [Signal(id, kind, payload, at, signal_queries.PENDING, None) for id, kind, payload, at in pending]
 
 
 async def get_signal(conn: AsyncConnection, signal_id: str) -> Signal:
@@ -127,9 +134,13 @@ async def recover(conn: AsyncConnection) -> list[str]:
     alone: the worker runs them.
     """
     now = clock.now_iso()
-    await run_queries.fail_unfinished(conn, state=run_queries.RUNNING, error=STOPPED_RUN_ERROR, ended_at=now)
-    await run_queries.fail_unfinished(conn, state=run_queries.PENDING, error=NOT_STARTED_RUN_ERROR, ended_at=now)
-    return await signal_queries.fail_processing(conn, error=STOPPED_SIGNAL_ERROR)
+    ended = await run_queries.fail_unfinished(conn, state=run_queries.RUNNING, error=STOPPED_RUN_ERROR, ended_at=now)
+    ended += await run_queries.fail_unfinished(conn, state=run_queries.PENDING, error=NOT_STARTED_RUN_ERROR, ended_at=now)
+    failed = await signal_queries.fail_processing(conn, error=STOPPED_SIGNAL_ERROR)
+    await outbox.runs_ended(conn, ended)
+    await outbox.signals_failed(conn, failed)
+    return failed
+
 
 
 async def cancel_run(conn: AsyncConnection, run_id: str) -> Run:
@@ -150,9 +161,10 @@ async def cancel_run(conn: AsyncConnection, run_id: str) -> Run:
         if ended is None:
             raise RunNotFound(f"no Run has the id {run_id}")
         raise NotCancellable(f"Run {run_id} has already ended ({ended.state}); nothing was changed")
-    await run_queries.fail_unfinished(
+    siblings = await run_queries.fail_unfinished(
         conn, state=run_queries.PENDING, error=CANCELLED_SIBLING_ERROR, ended_at=now, signal_id=run.signal_id
     )
+    await outbox.runs_ended(conn, [run.id, *siblings])
     engine.notify(conn, CANCEL_CHANNEL)
     return run
 
@@ -167,6 +179,7 @@ async def cancel_signal(conn: AsyncConnection, signal_id: str) -> Signal:
     """
     signal = await signal_queries.cancel(conn, id=signal_id, error=CANCELLED_ERROR)
     if signal is not None:
+        await outbox.signals_failed(conn, [signal.id])
         return signal
     found = await signal_queries.get(conn, id=signal_id)
     if found is None:

@@ -47,6 +47,7 @@ from agent_gateway.store.engine import Store
 from agent_gateway.store.notifications import Subscription
 from agent_gateway.store.runs import Run
 from agent_gateway.store.signals import Signal
+from agent_gateway.webhooks import outbox
 
 logger = logging.getLogger(__name__)
 
@@ -323,6 +324,10 @@ class Worker:
                         ),
                     ),
                 )
+                if not step.cancelled:  # a cancelled Run's end was reported by its cancel
+                    await outbox.runs_ended(conn, [ended.id])
+                if step.signal_error is not None or step.cancelled:
+                    await outbox.signals_failed(conn, [signal.id])
             else:
                 claimed = await self._apply(conn, step, now)
         if step.ended is not None:
@@ -356,6 +361,7 @@ class Worker:
     async def _apply(self, conn: AsyncConnection, step: _Step, now: str) -> _Claimed | None:
         """The writes of ``step`` in ``conn``'s transaction, in order; the next Signal when it claims one."""
         signal = step.signal
+        ended_runs: list[str] = []
         # The Run this step starts is recorded running when the step records it.
         starts_recorded = bool(step.record) and step.start is step.record[0]
         if step.record:
@@ -366,7 +372,9 @@ class Worker:
         if step.ended is not None:
             ended, error = step.ended
             ran = await run_queries.finish(conn, id=ended.id, error=_storable(error), ended_at=now)
-            if not ran and not step.cancelled:
+            if ran:
+                ended_runs.append(ended.id)
+            elif not step.cancelled:
                 # The operator cancelled it as it ended: the cancel stands, and fails the Signal.
                 step.ended_cancelled = True
                 step.signal_error = _with_cancel(step.signal_error, ended)
@@ -376,16 +384,19 @@ class Worker:
                 refused = await run_queries.get(conn, id=step.start.id)
                 step.start_refused = refused.error if refused is not None else service.CANCELLED_ERROR
         if step.abandon is not None:
-            await run_queries.fail_unfinished(
+            ended_runs += await run_queries.fail_unfinished(
                 conn, state=run_queries.RUNNING, error=step.abandon, ended_at=now, signal_id=signal.id
             )
         if step.fail_pending or step.abandon is not None:
-            await run_queries.fail_unfinished(
+            ended_runs += await run_queries.fail_unfinished(
                 conn, state=run_queries.PENDING, error=service.NOT_STARTED_RUN_ERROR, ended_at=now,
                 signal_id=signal.id,
             )
+        await outbox.runs_ended(conn, ended_runs)
         if step.end_signal:
-            await signal_queries.finish(conn, id=signal.id, error=_storable(step.signal_error))
+            finished = await signal_queries.finish(conn, id=signal.id, error=_storable(step.signal_error))
+            if finished and step.signal_error is not None:
+                await outbox.signals_failed(conn, [signal.id])
             if step.claim_next and not self._stop.is_set():
                 return await self._claim(conn)
         return None

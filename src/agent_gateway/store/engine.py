@@ -13,7 +13,7 @@ import contextlib
 import functools
 import re
 import secrets
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -105,6 +105,13 @@ def notify(conn: AsyncConnection, channel: str) -> None:
         on_commit(conn, lambda: store.publish(channel))
 
 
+def webhook_urls(conn: AsyncConnection, event: str) -> tuple[str, ...]:
+    """The webhook endpoints subscribed to ``event`` in the :class:`Store` whose transaction
+    ``conn`` is in (see ``webhooks.outbox``); none outside a Store's transaction."""
+    store = conn.info.get(_STORE)
+    return () if store is None else store.webhook_urls.get(event, ())
+
+
 class Store:
     """The gateway's database."""
 
@@ -121,6 +128,9 @@ class Store:
         else:
             self._reader = self.engine.execution_options(write=False)
         self.notifier = notifications.Notifier()
+        # Event name -> the URLs of the [[webhooks]] endpoints subscribed to it; the gateway
+        # sets it. Every writer of an event reads it (webhook_urls): no endpoint, no outbox row.
+        self.webhook_urls: Mapping[str, tuple[str, ...]] = {}
         # Names this Store in its NOTIFY payloads (notifications.pg_payload).
         self.origin = secrets.token_hex(8)
         self._sqlite_writer = asyncio.Lock() if self.dialect == "sqlite" else None

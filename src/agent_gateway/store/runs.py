@@ -7,7 +7,7 @@ clause (spec: Run states are one-way).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -94,6 +94,12 @@ async def get(conn: AsyncConnection, *, id: str) -> Run | None:
     return Run.from_row(row) if row else None
 
 
+async def get_many(conn: AsyncConnection, *, ids: Sequence[str]) -> list[Run]:
+    """The Runs with these ids, in the order they were recorded."""
+    query = sa.select(*_COLUMNS).where(runs.c.id.in_(ids)).order_by(runs.c.position)
+    return [Run.from_row(row) for row in await conn.execute(query)]
+
+
 async def newest(
     conn: AsyncConnection, *, limit: int, signal_id: str | None = None, state: str | None = None
 ) -> list[Run]:
@@ -148,14 +154,21 @@ def finish_params(*, id: str, error: str | None, ended_at: str) -> dict[str, str
 
 async def fail_unfinished(
     conn: AsyncConnection, *, state: str, error: str, ended_at: str, signal_id: str | None = None
-) -> int:
-    """Fail the Runs in ``state`` of one Signal, or of every ``processing`` Signal when none is named."""
+) -> list[str]:
+    """Fail the Runs in ``state`` of one Signal, or of every ``processing`` Signal when none is
+    named; return their ids."""
     if signal_id is None:
         of_signals = runs.c.signal_id.in_(sa.select(signals.c.id).where(signals.c.state == "processing"))
     else:
         of_signals = runs.c.signal_id == signal_id
-    query = runs.update().where(of_signals, runs.c.state == state).values(state=FAILED, error=error, ended_at=ended_at)
-    return (await conn.execute(query)).rowcount
+    query = (
+        runs.update()
+        .where(of_signals, runs.c.state == state)
+        .values(state=FAILED, error=error, ended_at=ended_at)
+        .returning(runs.c.id)
+    )
+    return list((await conn.execute(query)).scalars())
+
 
 
 async def cancel(conn: AsyncConnection, *, id: str, error: str, ended_at: str) -> Run | None:

@@ -134,6 +134,12 @@ async def get(conn: AsyncConnection, *, id: str) -> Signal | None:
     return Signal.from_row(row) if row else None
 
 
+async def get_many(conn: AsyncConnection, *, ids: Sequence[str]) -> list[Signal]:
+    """The Signals with these ids, in emission order."""
+    query = sa.select(*_COLUMNS).where(signals.c.id.in_(ids)).order_by(*_QUEUE_ORDER)
+    return [Signal.from_row(row) for row in await conn.execute(query)]
+
+
 async def newest(
     conn: AsyncConnection, *, limit: int, kind: str | None = None, state: str | None = None
 ) -> list[Signal]:

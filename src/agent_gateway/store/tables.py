@@ -153,3 +153,31 @@ schedules = sa.Table(
     sa.CheckConstraint("kind IN ('once', 'cron')", name="kind"),
     sa.Index(None, "next_fire_at", "name"),
 )
+
+# The webhook outbox: one row per (endpoint, event), written in the transaction of the event
+# it reports (webhooks/outbox.py), sent at least once by the deliverer (webhooks/deliverer.py).
+webhook_deliveries = sa.Table(
+    "webhook_deliveries",
+    metadata,
+    # Insertion order, which is event order: each endpoint's deliveries are sent in this order.
+    sa.Column("position", Serial, primary_key=True, autoincrement=True),
+    # The Standard Webhooks message id (webhook-id), the same on every attempt.
+    sa.Column("id", Uuid, nullable=False, unique=True),
+    sa.Column("url", sa.Text, nullable=False),
+    sa.Column("event", sa.String(32), nullable=False),
+    # The exact body sent on every attempt: {"type", "timestamp", "data"} as JSON text.
+    sa.Column("body", sa.Text, nullable=False),
+    sa.Column("created_at", Instant, nullable=False),
+    sa.Column("state", sa.String(16), nullable=False),
+    sa.Column("attempts", sa.Integer, nullable=False),
+    # When it is next due; a claim moves it past the attempt (the lease), so a sender that
+    # dies mid-attempt leaves it due again once the lease is over.
+    sa.Column("next_attempt_at", Instant, nullable=False),
+    # Retries end (dead) retry_for after this: the event, or the operator's `webhooks retry`.
+    sa.Column("retry_from", Instant, nullable=False),
+    sa.Column("last_error", sa.Text, nullable=True),
+    sa.Column("delivered_at", Instant, nullable=True),
+    sa.CheckConstraint("state IN ('pending', 'failed', 'delivered', 'dead')", name="state"),
+    sa.Index(None, "state", "next_attempt_at"),
+    sqlite_autoincrement=True,
+)

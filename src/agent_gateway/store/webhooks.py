@@ -1,0 +1,202 @@
+"""Queries on the webhook outbox: one row per delivery of one event to one endpoint.
+
+A delivery is ``pending`` until its first attempt, ``failed`` while it waits
+for a retry, then ``delivered`` or ``dead``. A sender claims due deliveries
+by moving their ``next_attempt_at`` past the attempt (the lease) in a
+committed transaction, so that no other sender takes them meanwhile and a
+sender that dies leaves them due again when the lease ends. Its outcome
+is written only while it still holds that lease (the WHERE clause names it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from agent_gateway.store import direct
+from agent_gateway.store.tables import webhook_deliveries as deliveries
+
+PENDING, FAILED, DELIVERED, DEAD = "pending", "failed", "delivered", "dead"
+STATES = (PENDING, FAILED, DELIVERED, DEAD)
+# The states a sender may claim a delivery in.
+OPEN = (PENDING, FAILED)
+# As two comparisons: an IN list is expanded per execution, which a direct.Query is not.
+_IS_OPEN = sa.or_(*(deliveries.c.state == state for state in OPEN))
+
+
+@dataclasses.dataclass(frozen=True)
+class Claimed:
+    """A delivery a sender holds until ``lease`` (its ``next_attempt_at`` now)."""
+
+    position: int
+    id: str
+    url: str
+    event: str
+    body: str
+    created_at: str
+    attempts: int
+    retry_from: str
+    lease: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Delivery:
+    """What the operator reads of a delivery (``agent-gateway webhooks deliveries``)."""
+
+    id: str
+    url: str
+    event: str
+    state: str
+    attempts: int
+    created_at: str
+    next_attempt_at: str
+    last_error: str | None
+    delivered_at: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "url": self.url,
+            "event": self.event,
+            "state": self.state,
+            "attempts": self.attempts,
+            "createdAt": self.created_at,
+            # While open, when it is next tried; once delivered or dead, the last attempt's lease.
+            "nextAttemptAt": self.next_attempt_at if self.state in OPEN else None,
+            "lastError": self.last_error,
+            "deliveredAt": self.delivered_at,
+        }
+
+
+_INSERT = direct.Query(
+    deliveries.insert()
+    .values(
+        {
+            **{
+                column: sa.bindparam(column)
+                for column in ("id", "url", "event", "body", "created_at", "next_attempt_at", "retry_from")
+            },
+            # Written into the statement, not bound: each row then binds only its own values.
+            "state": sa.literal_column(f"'{PENDING}'"),
+            "attempts": sa.literal_column("0"),
+        }
+    )
+    .inline()
+)
+
+
+async def insert(conn: AsyncConnection, rows: Sequence[Mapping[str, Any]]) -> None:
+    """Record pending deliveries (``id, url, event, body, created_at, next_attempt_at,
+    retry_from``), in order, in the caller's transaction."""
+    await direct.run_many(conn, _INSERT, rows)
+
+
+def _claim(dialect: str) -> sa.Update:
+    due = (
+        sa.select(deliveries.c.position)
+        .where(_IS_OPEN, deliveries.c.next_attempt_at <= sa.bindparam("now"))
+        .order_by(deliveries.c.position)
+        .limit(sa.bindparam("limit"))
+    )
+    if dialect == "postgresql":
+        # Another sender claiming at the same moment takes other deliveries instead of waiting.
+        due = due.with_for_update(skip_locked=True)
+    return (
+        deliveries.update()
+        .where(deliveries.c.position.in_(due.scalar_subquery()), _IS_OPEN)
+        .values(attempts=deliveries.c.attempts + 1, next_attempt_at=sa.bindparam("lease"))
+        .returning(
+            deliveries.c.position, deliveries.c.id, deliveries.c.url, deliveries.c.event, deliveries.c.body,
+            deliveries.c.created_at, deliveries.c.attempts, deliveries.c.retry_from,
+        )
+    )
+
+
+_CLAIM = {dialect: direct.Query(_claim(dialect)) for dialect in ("sqlite", "postgresql")}
+
+
+async def claim_due(conn: AsyncConnection, *, now: str, lease: str, limit: int) -> list[Claimed]:
+    """Claim up to ``limit`` deliveries due at ``now``, oldest first, until ``lease``; each
+    claim counts as an attempt."""
+    rows = await direct.run(conn, _CLAIM[conn.dialect.name], now=now, lease=lease, limit=limit)
+    return sorted((Claimed(*row, lease=lease) for row in rows), key=lambda claimed: claimed.position)
+
+
+_HELD = sa.and_(
+    deliveries.c.id == sa.bindparam("delivery_id"),
+    _IS_OPEN,
+    deliveries.c.attempts == sa.bindparam("held_attempts"),
+    deliveries.c.next_attempt_at == sa.bindparam("held_lease"),
+)
+_DELIVERED = direct.Query(
+    deliveries.update()
+    .where(_HELD)
+    .values(state=DELIVERED, delivered_at=sa.bindparam("at"), last_error=None)
+    .returning(deliveries.c.id)
+)
+_FAILED = direct.Query(
+    deliveries.update()
+    .where(_HELD)
+    .values(state=sa.bindparam("new_state"), next_attempt_at=sa.bindparam("next_at"), last_error=sa.bindparam("error"))
+    .returning(deliveries.c.id)
+)
+
+
+async def delivered(conn: AsyncConnection, claimed: Claimed, *, at: str) -> bool:
+    """Record a claimed delivery's success; False when its lease was lost (nothing written)."""
+    return bool(await direct.run(conn, _DELIVERED, at=at, **_held(claimed)))
+
+
+async def failed(conn: AsyncConnection, claimed: Claimed, *, error: str, next_at: str | None) -> bool:
+    """Record a claimed delivery's failed attempt: retried at ``next_at``, or dead without one;
+    False when its lease was lost (nothing written)."""
+    state, next_at = (FAILED, next_at) if next_at is not None else (DEAD, claimed.lease)
+    return bool(
+        await direct.run(conn, _FAILED, new_state=state, next_at=next_at, error=error, **_held(claimed))
+    )
+
+
+def _held(claimed: Claimed) -> dict[str, Any]:
+    return {"delivery_id": claimed.id, "held_attempts": claimed.attempts, "held_lease": claimed.lease}
+
+
+_NEXT_DUE = sa.select(sa.func.min(deliveries.c.next_attempt_at)).where(_IS_OPEN)
+
+
+async def next_due(conn: AsyncConnection) -> str | None:
+    """When the earliest open delivery is due (a lease's end for one being sent); None when none is open."""
+    return (await conn.execute(_NEXT_DUE)).scalar()
+
+
+_LISTED = (
+    deliveries.c.id, deliveries.c.url, deliveries.c.event, deliveries.c.state, deliveries.c.attempts,
+    deliveries.c.created_at, deliveries.c.next_attempt_at, deliveries.c.last_error, deliveries.c.delivered_at,
+)
+
+
+async def newest(conn: AsyncConnection, *, limit: int, state: str | None = None) -> list[Delivery]:
+    """Up to ``limit`` deliveries, newest event first, in one ``state`` when given."""
+    query = sa.select(*_LISTED).order_by(deliveries.c.position.desc()).limit(limit)
+    if state is not None:
+        query = query.where(deliveries.c.state == state)
+    return [Delivery(*row) for row in await conn.execute(query)]
+
+
+async def get(conn: AsyncConnection, *, id: str) -> Delivery | None:
+    row = (await conn.execute(sa.select(*_LISTED).where(deliveries.c.id == id))).first()
+    return None if row is None else Delivery(*row)
+
+
+async def retry(conn: AsyncConnection, *, id: str, now: str) -> bool:
+    """Make a ``failed`` or ``dead`` delivery due now, with a fresh retry period; False when it is
+    in neither state (nothing written)."""
+    query = (
+        deliveries.update()
+        .where(deliveries.c.id == id, deliveries.c.state.in_((FAILED, DEAD)))
+        .values(state=PENDING, attempts=0, next_attempt_at=now, retry_from=now)
+    )
+    return (await conn.execute(query)).rowcount == 1

@@ -1,0 +1,196 @@
+"""The deliverer: sends the outbox's due deliveries, at least once, with retries.
+
+Which processes run one: every process with the ``worker`` role, leading the
+Signal Worker or standing by, since deliveries are claimed row by row
+(``store.webhooks``; ``FOR UPDATE SKIP LOCKED`` on PostgreSQL), so several
+deliverers share the work and never send one delivery at the same time.
+
+Shape (as the Scheduler's timer): drain — claim the due deliveries, oldest
+first, in batches, and send them — then sleep until the next one is due, at
+most :data:`POLL_S`; the ``webhooks`` channel, woken by the commit of any
+transaction that wrote a delivery (NOTIFY across processes on PostgreSQL),
+cuts the sleep short, and the poll is the fallback for a wake-up lost.
+
+Order: a batch's deliveries to one endpoint are sent one after the other in
+event order; different endpoints are sent to at the same time. A delivery
+waiting for a retry does not hold back the ones after it, and two processes
+may each hold some of one endpoint's deliveries, so a receiver orders by the
+payload's ``timestamp`` where it matters.
+
+Retries: after the n-th failed attempt the next comes ``first_retry ×
+3^(n-1)`` later, at most :data:`MAX_RETRY_WAIT_S`; one that would come later than
+``retry_for`` after the event (or after the operator's ``webhooks retry``)
+is not made: the delivery is dead.
+
+Logs name the delivery, its event and the endpoint's origin (scheme, host,
+port), never the URL's path (some receivers keep a secret there), a body or
+a secret.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import itertools
+import logging
+import time
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+
+import httpx
+
+from agent_gateway import clock
+from agent_gateway.config import Settings, WebhookEndpoint
+from agent_gateway.ops import metrics
+from agent_gateway.store import webhooks as queries
+from agent_gateway.store.engine import Store
+from agent_gateway.webhooks import outbox, signing
+from agent_gateway.webhooks.sender import Sender
+
+logger = logging.getLogger(__name__)
+
+# Deliveries claimed per transaction.
+CLAIM_BATCH = 32
+# The longest sleep without looking: the fallback for a wake-up that never came.
+POLL_S = 5.0
+RETRY_AFTER_ERROR_S = 1.0
+STOP_TIMEOUT_S = 10.0
+BACKOFF_FACTOR = 3
+MAX_RETRY_WAIT_S = 6 * 3600.0
+# How long past its timeout an attempt's claim holds: a sender that died mid-attempt leaves the
+# delivery to be sent again this long after it claimed it, never while the attempt can still run.
+LEASE_MARGIN_S = 10.0
+
+
+def next_attempt(
+    attempts: int, now: datetime, retry_from: datetime, *, first_retry_s: float, retry_for: timedelta
+) -> datetime | None:
+    """When to try again after the ``attempts``-th failed attempt; None when retries are over."""
+    wait = min(first_retry_s * BACKOFF_FACTOR ** (attempts - 1), MAX_RETRY_WAIT_S)
+    following = now + timedelta(seconds=wait)
+    return None if following > retry_from + retry_for else following
+
+
+@dataclasses.dataclass(frozen=True)
+class Policy:
+    """How deliveries are sent and retried (``[webhook_delivery]``)."""
+
+    retry_for: timedelta
+    first_retry_s: float
+    timeout_s: float
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Policy:
+        return cls(settings.webhook_retry_for, settings.webhook_first_retry_ms / 1000, settings.webhook_timeout_ms / 1000)
+
+
+class Deliverer:
+    """One process's deliverer loop; :meth:`start` and :meth:`stop` are called by the gateway."""
+
+    def __init__(self, store: Store, endpoints: Sequence[WebhookEndpoint], policy: Policy) -> None:
+        self.store = store
+        self.endpoints = {endpoint.url: endpoint for endpoint in endpoints}
+        self.policy = policy
+        self._sender = Sender(policy.timeout_s)
+        self._stopping = False
+        self._task: asyncio.Task[None] | None = None
+        # Subscribed before the first drain, so a delivery written meanwhile cuts the sleep short.
+        self._wake = store.subscribe(outbox.CHANNEL)
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="webhook deliverer")
+
+    @property
+    def running(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    async def stop(self) -> None:
+        """Let the attempts in progress end (up to a while), then end the loop."""
+        self._stopping = True
+        self._wake.wake()
+        if self._task is not None:
+            try:
+                await asyncio.wait_for(self._task, STOP_TIMEOUT_S)
+            except asyncio.TimeoutError:  # their deliveries are sent again once their lease ends
+                logger.warning("webhook deliverer did not stop in %ss; cancelled", STOP_TIMEOUT_S)
+        self.store.unsubscribe(outbox.CHANNEL, self._wake)
+        await self._sender.close()
+
+    async def _run(self) -> None:
+        while not self._stopping:
+            try:
+                delay = await self.step()
+            except Exception as exc:  # the database went away: log, then look again soon
+                logger.error(
+                    "webhook deliverer: %s; trying again in %ss", type(exc).__name__, RETRY_AFTER_ERROR_S,
+                    extra={"action": "deliver_error"},
+                )
+                delay = RETRY_AFTER_ERROR_S
+            await self._wake.wait(delay)
+
+    async def step(self) -> float:
+        """Send every delivery due now; return how many seconds to sleep before the next look."""
+        while not self._stopping:
+            now = clock.now()
+            lease = now + timedelta(seconds=self.policy.timeout_s + LEASE_MARGIN_S)
+            async with self.store.transaction() as conn:
+                claimed = await queries.claim_due(
+                    conn, now=clock.format_instant(now), lease=clock.format_instant(lease), limit=CLAIM_BATCH
+                )
+            if not claimed:
+                break
+            by_endpoint = itertools.groupby(sorted(claimed, key=lambda c: (c.url, c.position)), key=lambda c: c.url)
+            await asyncio.gather(*(self._send_in_order(list(group)) for _, group in by_endpoint))
+        async with self.store.read() as conn:
+            due = await queries.next_due(conn)
+        if due is None:
+            return POLL_S
+        return max(0.0, min((clock.parse_instant(due) - clock.now()).total_seconds(), POLL_S))
+
+    async def _send_in_order(self, claimed: list[queries.Claimed]) -> None:
+        for delivery in claimed:
+            await asyncio.shield(self._attempt(delivery))
+
+    async def _attempt(self, delivery: queries.Claimed) -> None:
+        """Send one claimed delivery and record how it went."""
+        endpoint = self.endpoints.get(delivery.url)
+        started = time.perf_counter()
+        if endpoint is None:
+            error: str | None = "no [[webhooks]] table has this url any more"
+        else:
+            body = delivery.body.encode()
+            headers = signing.headers(endpoint.secret, delivery.id, clock.now(), body)
+            error = await self._sender.post(delivery.url, body, headers, allow_private=endpoint.allow_private)
+        metrics.webhook_attempt_duration.observe(time.perf_counter() - started)
+        now = clock.now()
+        following = None
+        if error is not None:
+            following = next_attempt(
+                delivery.attempts, now, clock.parse_instant(delivery.retry_from),
+                first_retry_s=self.policy.first_retry_s, retry_for=self.policy.retry_for,
+            )
+        async with self.store.transaction() as conn:
+            if error is None:
+                held = await queries.delivered(conn, delivery, at=clock.format_instant(now))
+            else:
+                held = await queries.failed(
+                    conn, delivery, error=error, next_at=None if following is None else clock.format_instant(following)
+                )
+        outcome = "delivered" if error is None else "failed" if following is not None else "dead"
+        if not held:  # its lease ended or the operator retried it meanwhile: the outcome is another's
+            outcome = "superseded"
+        metrics.webhook_deliveries.labels(outcome).inc()
+        if outcome == "delivered":
+            metrics.webhook_delivery_latency.observe((now - clock.parse_instant(delivery.created_at)).total_seconds())
+        logger.log(
+            logging.INFO if error is None else logging.WARNING,
+            "webhook delivery %s (%s) to %s: %s%s", delivery.id, delivery.event, _origin(delivery.url), outcome,
+            "" if error is None else f" after attempt {delivery.attempts}: {error}",
+            extra={"action": "deliver_webhook", "delivery": delivery.id, "event": delivery.event, "status": outcome},
+        )
+
+
+def _origin(url: str) -> str:
+    """The URL without its path and query, which may hold a receiver's secret."""
+    parsed = httpx.URL(url)
+    return f"{parsed.scheme}://{parsed.netloc.decode('ascii')}"

@@ -1,0 +1,78 @@
+"""The outbox: a webhook delivery is written in the transaction of the event it reports.
+
+So a committed event is always delivered (at least once, by the deliverer)
+and a rolled-back one never is. A delivery is one row per subscribed endpoint
+(``[[webhooks]]``), its body the Standard Webhooks shape ``{"type": <event>,
+"timestamp": <the event's instant>, "data": <the spec's record>}``, fixed at
+the event, so every attempt sends the same bytes. Where no endpoint subscribes
+to an event, its writers pay one dictionary lookup and write nothing: the
+records of :func:`add` are not even built.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from agent_gateway import clock, jsontext
+from agent_gateway.store import engine
+from agent_gateway.store import runs as run_queries
+from agent_gateway.store import signals as signal_queries
+from agent_gateway.store import webhooks as queries
+
+# The deliverers' wake-up, sent once a transaction that wrote deliveries commits.
+CHANNEL = "webhooks"
+RUN_ENDED = "run.ended"
+SIGNAL_FAILED = "signal.failed"
+MESSAGE_INBOUND = "message.inbound"
+MESSAGE_OUTBOUND = "message.outbound"
+DECISION_PUBLISHED = "decision.published"
+SCHEDULE_FIRED = "schedule.fired"
+
+
+def subscribed(conn: AsyncConnection, event: str) -> bool:
+    """Whether any endpoint subscribes to ``event`` (in the Store of ``conn``'s transaction)."""
+    return bool(engine.webhook_urls(conn, event))
+
+
+async def add(conn: AsyncConnection, event: str, records: Iterable[tuple[str, Any]]) -> None:
+    """Record a delivery of each ``(instant, record)`` to every endpoint subscribed to ``event``,
+    in the caller's transaction; ``records`` is iterated only when one is (pass a generator)."""
+    urls = engine.webhook_urls(conn, event)
+    if not urls:
+        return
+    now = clock.now_iso()
+    rows = []
+    for at, record in records:
+        body = jsontext.dumps({"type": event, "timestamp": at, "data": record}).decode()
+        for url in urls:
+            rows.append(
+                {
+                    "id": str(uuid.uuid4()), "url": url, "event": event, "body": body, "created_at": at,
+                    "next_attempt_at": now, "retry_from": at,
+                }
+            )
+    if rows:
+        await queries.insert(conn, rows)
+        engine.notify(conn, CHANNEL)
+
+
+async def runs_ended(conn: AsyncConnection, run_ids: Sequence[str]) -> None:
+    """``run.ended`` for Runs this transaction has just ended, as they are stored now."""
+    if run_ids and subscribed(conn, RUN_ENDED):
+        ended = await run_queries.get_many(conn, ids=run_ids)
+        await add(conn, RUN_ENDED, ((run.ended_at, run.to_json()) for run in ended))
+
+
+async def signals_failed(conn: AsyncConnection, signal_ids: Sequence[str]) -> None:
+    """``signal.failed`` for Signals this transaction has just failed, as they are stored now.
+
+    A Signal carries no instant of its end, so the event's is now.
+    """
+    if signal_ids and subscribed(conn, SIGNAL_FAILED):
+        failed = await signal_queries.get_many(conn, ids=signal_ids)
+        now = clock.now_iso()
+        await add(conn, SIGNAL_FAILED, ((now, signal.to_json()) for signal in failed))
