@@ -13,6 +13,7 @@ fresh.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -66,15 +67,17 @@ class SessionStore:
         self.directory.mkdir(parents=True, exist_ok=True)
         path = self.path(session)
         data = ModelMessagesTypeAdapter.dump_json(list(bounded(messages, self.max_exchanges)))
-        with tempfile.NamedTemporaryFile(dir=self.directory, prefix=f".{path.name}.", delete=False) as file:
-            try:
+        descriptor, temporary = tempfile.mkstemp(dir=self.directory, prefix=f".{path.name}.")
+        try:
+            with os.fdopen(descriptor, "wb") as file:
                 file.write(data)
                 file.flush()
                 os.fsync(file.fileno())
-            except BaseException:
-                os.unlink(file.name)
-                raise
-        os.replace(file.name, path)
+            os.replace(temporary, path)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(temporary)
+            raise
 
 
 def bounded(messages: Sequence[ModelMessage], max_exchanges: int) -> Sequence[ModelMessage]:
