@@ -10,6 +10,7 @@ from pydantic_ai import Agent, AgentRunError, UsageLimits
 from pydantic_ai.mcp import MCPToolset
 from pydantic_ai.settings import ModelSettings
 
+from agent_gateway import clock
 from agent_gateway.agent import AsyncClient, Run
 from agent_gateway.agent.llm import faults, models, providers
 from agent_gateway.agent.llm.sessions import SessionStore
@@ -86,11 +87,14 @@ class LLMAgent:
             self.sessions.save(run.session, result.all_messages())
 
     def _instructions(self) -> str:
-        """The instructions file, read at each Run so that an edit needs no restart."""
+        """The instructions file, read at each Run so that an edit needs no restart, and the time.
+
+        The time lets the model turn "tomorrow at 9" into a Schedule's instant."""
         try:
-            return self.settings.instructions.read_text(encoding="utf-8")
+            text = self.settings.instructions.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise faults.RunError(f"instructions {self.settings.instructions}: {exc.strerror or exc}") from None
+        return f"{text.rstrip()}\n\nThe time now is {clock.now_iso()} (UTC)."
 
     async def _tools(self) -> MCPToolset[None]:
         """The gateway's MCP tools, on one session kept open across Runs (entered here, once)."""

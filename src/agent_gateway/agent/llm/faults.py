@@ -31,7 +31,7 @@ def _reason(exc: BaseException, model: str) -> str:
     http = f" (HTTP {status})" if status is not None else ""
     match exc:
         case exceptions.UsageLimitExceeded():
-            return f"stopped at a limit of the agent: {exc.message.split('. ')[0]}"
+            return f"stopped at a limit of the agent: {_first_sentence(exc.message)}"
         case exceptions.ModelAuthenticationError():
             return f"model {model}: the provider refused the API key{http}; check the key the agent is given"
         case exceptions.ModelRateLimitError():
@@ -49,12 +49,17 @@ def _reason(exc: BaseException, model: str) -> str:
         case exceptions.ModelAPIError():
             return f"model {model}: the provider refused the request{http}: {type(exc).__name__}"
         case exceptions.UnexpectedModelBehavior():
-            return f"model {model}: unexpected answer: {exc.message}"
+            return f"model {model}: unexpected answer: {_first_sentence(exc.message)}"
         case RunError():
             return str(exc)
         case BaseExceptionGroup():
             return _reason(exc.exceptions[0], model)
     return f"{type(exc).__name__}: {exc}"
+
+
+def _first_sentence(text: str) -> str:
+    """The message without pydantic-ai's advice to its programmer ("Consider raising the limit, ...")."""
+    return text.split(". ")[0].rstrip(".")
 
 
 def _masked(line: str, secrets: Iterable[str]) -> str:
