@@ -16,6 +16,7 @@ from agent_gateway.decisions import routes as decisions_routes
 from agent_gateway.decisions import service as decisions_service
 from agent_gateway.http.app import create_app
 from agent_gateway.http.fastpath import FastPath
+from agent_gateway.mcp import endpoint as mcp_endpoint
 from agent_gateway.messages import routes as messages_routes
 from agent_gateway.messages import service as messages_service
 from agent_gateway.ops import metrics
@@ -113,20 +114,21 @@ class Gateway:
         self.agent_app = self._app("agent-gateway: Agent server", AGENT_DESCRIPTION, agent_routers)
         # What each server runs: the fast path (http.fastpath) in front of the FastAPI app,
         # observed for metrics and the access log (ops.observe) when they are on.
-        self.agent_asgi = self._observed(
-            "agent",
-            self.agent_app,
-            {
-                ("POST", "/sign"): signatures_routes.fast_sign,
-                ("POST", "/decisions"): decisions_routes.fast_publish,
-                ("GET", "/decisions"): decisions_routes.fast_read_agent,
-                ("POST", "/messages"): messages_routes.fast_send,
-                ("GET", "/messages"): messages_routes.fast_read_log,
-                ("GET", "/decisions/{seq}/proof"): transparency_routes.fast_proof_agent,
-                ("GET", "/checkpoint/consistency"): transparency_routes.fast_consistency_agent,
-                ("GET", streams_routes.PATH): streams_routes.fast_follow_log,
-            },
-        )
+        agent_fast_routes = {
+            ("POST", "/sign"): signatures_routes.fast_sign,
+            ("POST", "/decisions"): decisions_routes.fast_publish,
+            ("GET", "/decisions"): decisions_routes.fast_read_agent,
+            ("POST", "/messages"): messages_routes.fast_send,
+            ("GET", "/messages"): messages_routes.fast_read_log,
+            ("GET", "/decisions/{seq}/proof"): transparency_routes.fast_proof_agent,
+            ("GET", "/checkpoint/consistency"): transparency_routes.fast_consistency_agent,
+            ("GET", streams_routes.PATH): streams_routes.fast_follow_log,
+        }
+        agent_routes = FastPath(self.agent_app, settings.max_body_bytes, agent_fast_routes)
+        # /mcp (left out of OpenAPI): its tools call the routes above, in-process (mcp.endpoint).
+        self.mcp = mcp_endpoint.Endpoint(agent_routes, settings)
+        self.agent_app.router.add_route(mcp_endpoint.PATH, self.mcp, include_in_schema=False)
+        self.agent_asgi = self._observed("agent", agent_routes, agent_fast_routes)
         self.public_app = self._app(
             "agent-gateway: Public server",
             PUBLIC_DESCRIPTION,
@@ -141,18 +143,17 @@ class Gateway:
         )
         if settings.public_chat_page:
             self.public_app.include_router(web_routes.public_router())
+        public_fast_routes = {
+            ("GET", "/users/me"): auth_routes.fast_read_me,
+            ("POST", "/messages"): messages_routes.fast_receive,
+            ("GET", "/messages"): messages_routes.fast_read_own_log,
+            ("GET", "/decisions"): decisions_routes.fast_read_public,
+            ("GET", "/decisions/{seq}/proof"): transparency_routes.fast_proof_public,
+            ("GET", "/checkpoint/consistency"): transparency_routes.fast_consistency_public,
+            ("GET", streams_routes.PATH): streams_routes.fast_follow_own_log,
+        }
         self.public_asgi = self._observed(
-            "public",
-            self.public_app,
-            {
-                ("GET", "/users/me"): auth_routes.fast_read_me,
-                ("POST", "/messages"): messages_routes.fast_receive,
-                ("GET", "/messages"): messages_routes.fast_read_own_log,
-                ("GET", "/decisions"): decisions_routes.fast_read_public,
-                ("GET", "/decisions/{seq}/proof"): transparency_routes.fast_proof_public,
-                ("GET", "/checkpoint/consistency"): transparency_routes.fast_consistency_public,
-                ("GET", streams_routes.PATH): streams_routes.fast_follow_own_log,
-            },
+            "public", FastPath(self.public_app, settings.max_body_bytes, public_fast_routes), public_fast_routes
         )
         # The ops listener (ops.listen): health, readiness, metrics, read at scrape time from here.
         self.sampled = metrics.Sampled(self._leads)
@@ -160,10 +161,9 @@ class Gateway:
         if setup is not None:
             setup(self)  # the operator's Python ([signals] setup): registers Handlers, may replace the runtime
 
-    def _observed(self, server: str, app: FastAPI, fast_routes: dict) -> ASGIApp:
-        """``app`` behind its fast path, counted for /metrics (with an ops listener) and
+    def _observed(self, server: str, fast: FastPath, fast_routes: dict) -> ASGIApp:
+        """A server's app (behind its fast path) counted for /metrics (with an ops listener) and
         access-logged (``log.access``); neither costs anything when off."""
-        fast = FastPath(app, self.settings.max_body_bytes, fast_routes)
         count = self.settings.ops_listen is not None
         if not count and not self.settings.access_log:
             return fast
@@ -218,6 +218,7 @@ class Gateway:
         self.store.listen()
         if "api" in self.roles:
             self.streams.start()
+            await self.mcp.start()
         if self.observers:
             self._flush_task = asyncio.create_task(self._flush_metrics_forever(), name="metrics flush")
         if self.schedule_timer is not None:
@@ -233,6 +234,7 @@ class Gateway:
 
     async def stop(self) -> None:
         await self.streams.close()
+        await self.mcp.stop()
         if self._flush_task is not None:
             self._flush_task.cancel()
             await asyncio.gather(self._flush_task, return_exceptions=True)

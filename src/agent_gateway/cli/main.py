@@ -23,7 +23,7 @@ except ImportError:  # pragma: no cover - an older Typer on the real click
 
 from agent_gateway import config, deployment, errors
 from agent_gateway.cli import (
-    audit, chat, common, decisions, keys, messages, retention, schedules, sign, signals, tokens, users,
+    audit, chat, common, decisions, keys, mcp, messages, retention, schedules, sign, signals, tokens, users,
 )
 from agent_gateway.cli.common import ConfigOption, fail, load_settings, masked, on_database, with_store
 from agent_gateway.ops import logs
@@ -58,6 +58,7 @@ app.command("verify")(sign.verify)
 app.command("prune")(retention.prune)
 app.command("audit")(audit.audit)
 app.command("chat")(chat.chat)
+app.command("mcp")(mcp.mcp)
 
 
 @app.command()

@@ -49,6 +49,7 @@ def configure(level: str, format: str = "text") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
-    # uvicorn's and alembic's own start-up chatter repeats what the gateway logs once.
-    for noisy in ("uvicorn.error", "alembic"):
+    # uvicorn's and alembic's own start-up chatter repeats what the gateway logs once; httpx
+    # would log every request of an MCP tool to its route (that is log.access's job).
+    for noisy in ("uvicorn.error", "alembic", "httpx"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))

@@ -1,0 +1,92 @@
+"""``/mcp`` on the Agent server: the MCP Streamable HTTP transport of the gateway's tools.
+
+Stateless, with JSON responses (the SDK's ``stateless`` and ``json_response``
+modes): every POST carries its whole exchange and is answered in its own
+response, so any HTTP process of a deployment (``http.workers``, several
+``serve`` on PostgreSQL) answers any request, with nothing to share between
+them, and no stream outlives its request. The tools need nothing more: none
+sends a notification or asks the client anything.
+
+Each tool call is sent, in-process, to the Agent server's own routes (the
+fast path in front of the FastAPI app; ``mcp.tools``), so a tool answers
+exactly what its route answers. The endpoint sits inside the Agent server's
+app, so its body limit and connection limits hold here too; the strict query
+rule is applied here: ``/mcp`` takes no query parameter.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from starlette.requests import Request
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from agent_gateway import errors
+from agent_gateway.config import Settings
+from agent_gateway.http import errors as http_errors
+from agent_gateway.http.routing import check_query
+from agent_gateway.mcp import server as mcp_server
+from agent_gateway.mcp import tools
+
+PATH = "/mcp"
+# The in-process requests' base URL: never resolved, only parsed.
+_INTERNAL_URL = "http://agent-server"
+
+
+class Endpoint:
+    """The ASGI app at ``/mcp``; ``routes`` is the Agent server's app its tools call.
+
+    ``start`` before serving and ``stop`` after: the SDK's session manager runs
+    the per-request MCP servers in a task group of its own.
+    """
+
+    def __init__(self, routes: ASGIApp, settings: Settings) -> None:
+        # A route's 500 is answered as a tool error, not raised into the MCP server.
+        self.http = httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=routes, raise_app_exceptions=False), base_url=_INTERNAL_URL
+        )
+        server = mcp_server.build(self.http, tools.available(schedules=settings.scheduler_agent_routes))
+        self.manager = StreamableHTTPSessionManager(
+            app=server,
+            json_response=True,
+            stateless=True,
+            max_request_body_size=settings.max_body_bytes,
+            # The Agent server's trust: no authentication, loopback by default, no
+            # Host or Origin rule the spec's routes do not have either.
+            security_settings=None,
+        )
+        self._stopping = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope.get("query_string"):
+            try:
+                check_query(Request(scope), frozenset())
+            except errors.InvalidInput as exc:
+                await http_errors.response_for(exc)(scope, receive, send)
+                return
+        await self.manager.handle_request(scope, receive, send)
+
+    async def start(self) -> None:
+        """Run the session manager until :meth:`stop`."""
+        started = asyncio.Event()
+
+        async def run() -> None:
+            async with self.manager.run():
+                started.set()
+                await self._stopping.wait()
+
+        self._task = asyncio.create_task(run(), name="mcp endpoint")
+        waiting = asyncio.create_task(started.wait())
+        await asyncio.wait([self._task, waiting], return_when=asyncio.FIRST_COMPLETED)
+        waiting.cancel()
+        if self._task.done():
+            self._task.result()  # raises what stopped it
+
+    async def stop(self) -> None:
+        self._stopping.set()
+        if self._task is not None:
+            await asyncio.gather(self._task, return_exceptions=True)
+        await self.http.aclose()
