@@ -11,6 +11,7 @@ tools as a model would:
     ``{"userId", "note"}`` as its data, then says so to the User;
   - ``badcall: TEXT`` first calls send_message with a malformed userId, then,
     given the tool's error, calls it right, quoting the error;
+  - ``instructions?`` sends the User the instructions the model was given;
   - ``loop`` reads the User's Messages until the agent's limits stop it;
   - anything else is echoed, with the earlier Prompts of the Session the model was
     given (so a test sees the model's memory in the User's log).
@@ -51,6 +52,8 @@ def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
     calls = [part for part in done if isinstance(part, ToolCallPart)]
     results = [part for part in done if isinstance(part, (ToolReturnPart, RetryPromptPart))]
     if message := MESSAGE.fullmatch(prompt):
+        if message["text"] == "instructions?":
+            return _call("send_message", userId=message["user"], text=info.instructions) if not calls else _text("ok")
         return _answer(message["user"], message["text"], prompts[:-1], calls, results)
     if fired := FIRED.fullmatch(prompt):
         data = json.loads(fired["data"])
