@@ -71,8 +71,8 @@ class SessionStore:
         try:
             with os.fdopen(descriptor, "wb") as file:
                 file.write(data)
-                file.flush()
-                os.fsync(file.fileno())
+            # No fsync (8 ms a Run on a busy disk): the rename is atomic against a crash of the program;
+            # after a power loss the file may be empty or old, and an empty one is set aside on load.
             os.replace(temporary, path)
         except BaseException:
             with contextlib.suppress(FileNotFoundError):
