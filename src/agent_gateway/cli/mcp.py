@@ -37,6 +37,11 @@ def mcp(
     level = "WARNING"
     url = agent_url or os.environ.get(URL_ENV)
     if not url:
+        if config_path is None and not os.environ.get(config.CONFIG_ENV):
+            raise fail(
+                f"no Agent server: pass --agent-url, set ${URL_ENV}, or give the configuration "
+                f"(--config or ${config.CONFIG_ENV})"
+            )
         settings = load_settings(config_path)
         url = agent_address(settings.agent_listen)
         level = settings.log_level

@@ -5,10 +5,11 @@ modes): every POST carries its whole exchange and is answered in its own
 response, so any HTTP process of a deployment (``http.workers``, several
 ``serve`` on PostgreSQL) answers any request, with nothing to share between
 them, and no stream outlives its request. The tools need nothing more: none
-sends a notification or asks the client anything.
+sends a notification or asks the client anything. So GET (a stream for the
+server's messages) and DELETE (ending a session) are 405, as MCP has it.
 
 Each tool call is sent, in-process, to the Agent server's own routes (the
-fast path in front of the FastAPI app; ``mcp.tools``), so a tool answers
+fast path in front of the FastAPI app; ``mcp.delivery``), so a tool answers
 exactly what its route answers. The endpoint sits inside the Agent server's
 app, so its body limit and connection limits hold here too; the strict query
 rule is applied here: ``/mcp`` takes no query parameter.
@@ -18,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 
-import httpx
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -27,12 +27,11 @@ from agent_gateway import errors
 from agent_gateway.config import Settings
 from agent_gateway.http import errors as http_errors
 from agent_gateway.http.routing import check_query
+from agent_gateway.mcp import delivery, tools
 from agent_gateway.mcp import server as mcp_server
-from agent_gateway.mcp import tools
 
 PATH = "/mcp"
-# The in-process requests' base URL: never resolved, only parsed.
-_INTERNAL_URL = "http://agent-server"
+_POST_ONLY = "this MCP endpoint is stateless: it takes POST only (no session to end, no stream to open)"
 
 
 class Endpoint:
@@ -43,11 +42,8 @@ class Endpoint:
     """
 
     def __init__(self, routes: ASGIApp, settings: Settings) -> None:
-        # A route's 500 is answered as a tool error, not raised into the MCP server.
-        self.http = httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=routes, raise_app_exceptions=False), base_url=_INTERNAL_URL
-        )
-        server = mcp_server.build(self.http, tools.available(schedules=settings.scheduler_agent_routes))
+        available = tools.available(schedules=settings.scheduler_agent_routes)
+        server = mcp_server.build(delivery.in_process(routes), available)
         self.manager = StreamableHTTPSessionManager(
             app=server,
             json_response=True,
@@ -67,6 +63,13 @@ class Endpoint:
             except errors.InvalidInput as exc:
                 await http_errors.response_for(exc)(scope, receive, send)
                 return
+        if scope["method"] != "POST":
+            # Stateless: no session to end (DELETE) and no server-initiated message, so no
+            # stream to open (GET; the SDK would hold one open, empty, as long as the client
+            # waits). MCP's answer to both is 405.
+            response = http_errors.error_response(405, _POST_ONLY, {"Allow": "POST"})
+            await response(scope, receive, send)
+            return
         await self.manager.handle_request(scope, receive, send)
 
     async def start(self) -> None:
@@ -89,4 +92,3 @@ class Endpoint:
         self._stopping.set()
         if self._task is not None:
             await asyncio.gather(self._task, return_exceptions=True)
-        await self.http.aclose()

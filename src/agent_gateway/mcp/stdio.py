@@ -12,12 +12,12 @@ from mcp.server.stdio import stdio_server
 
 from agent_gateway.agent.client import TIMEOUT_S
 from agent_gateway.mcp import server as mcp_server
-from agent_gateway.mcp import tools
+from agent_gateway.mcp import delivery, tools
 
 
 async def serve(agent_url: str) -> None:
     """Serve the tools on stdin/stdout until stdin ends; each call is one request to ``agent_url``."""
     async with httpx.AsyncClient(base_url=agent_url.rstrip("/"), timeout=TIMEOUT_S) as http:
-        server = mcp_server.build(http, tools.available())
+        server = mcp_server.build(delivery.over_http(http), tools.available())
         async with stdio_server() as (read_stream, write_stream):
             await server.run(read_stream, write_stream, server.create_initialization_options())

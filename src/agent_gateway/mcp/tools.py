@@ -1,12 +1,12 @@
 """The Agent server's routes as MCP tools: one table, each tool one request to its route.
 
-A tool call becomes the HTTP request its route takes (``call``), sent with the
-``httpx`` client it is given: over a real socket to a remote Agent server
-(``agent-gateway mcp``, stdio), or in-process to the Agent server's own ASGI
-app (``/mcp``). Either way the route itself answers, with every rule, bound
-and message it has: the tool adds no second path to the services. What the
-route answers becomes the tool's result: its JSON body as structured content
-(``{}`` for a 204), or, for a refusal (400, 404, 503), a tool error
+A tool call becomes the HTTP request its route takes (:meth:`Tool.request`),
+sent by a ``mcp.delivery`` sender: over a real socket to a remote Agent
+server (``agent-gateway mcp``, stdio), or in-process to the Agent server's own
+ASGI app (``/mcp``). Either way the route itself answers, with every rule,
+bound and message it has: the tool adds no second path to the services. What
+the route answers becomes the tool's result: its JSON body as structured
+content (``{}`` for a 204), or, for a refusal (400, 404, 503), a tool error
 (``isError``) carrying the route's status and message.
 
 Only what a route cannot be given is checked here: an argument the tool does
@@ -19,15 +19,16 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
+from http import HTTPStatus
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
-import httpx
 from mcp import types
 from pydantic import BaseModel
 
 from agent_gateway import jsontext
 from agent_gateway.decisions.routes import DecisionList, DecisionOut
+from agent_gateway.mcp.delivery import RouteRequest, Sender, Unreachable
 from agent_gateway.messages.routes import MessageList, MessageOut
 from agent_gateway.scheduler.routes import PUT_BODY_SCHEMA, ScheduleList, ScheduleOut
 from agent_gateway.signals.routes import RunList, RunOut, SignalList, SignalOut
@@ -121,7 +122,7 @@ class Tool:
             ),
         )
 
-    def request(self, http: httpx.AsyncClient, arguments: Mapping[str, Any]) -> httpx.Request:
+    def request(self, arguments: Mapping[str, Any]) -> RouteRequest:
         """The route request for ``arguments``; raises :class:`ArgumentError` for what no route can be given."""
         for name in arguments:
             if name not in self.properties:
@@ -129,17 +130,18 @@ class Tool:
         for name in self.required:
             if name not in arguments:
                 raise ArgumentError(f"{name} is required")
-        path, params, body = self.path, {}, {}
+        path, raw_path, query, body = self.path, self.path, [], {}
         for name, value in arguments.items():
-            if "{" + name + "}" in path:
-                path = path.replace("{" + name + "}", quote(_url_text(name, value, self.properties[name]), safe=""))
+            if "{" + name + "}" in self.path:
+                text = _url_text(name, value, self.properties[name])
+                path = path.replace("{" + name + "}", text)
+                raw_path = raw_path.replace("{" + name + "}", quote(text, safe=""))
             elif name in self.query:
-                params[self.query[name]] = _url_text(name, value, self.properties[name])
+                query.append((self.query[name], _url_text(name, value, self.properties[name])))
             else:
                 body[name] = value
         content = jsontext.dumps(body) if self.method in ("POST", "PUT") else None
-        headers = {"content-type": "application/json"} if content is not None else None
-        return http.build_request(self.method, path, params=params or None, content=content, headers=headers)
+        return RouteRequest(self.method, path, raw_path, urlencode(query), content)
 
 
 class ArgumentError(Exception):
@@ -395,32 +397,33 @@ def available(*, schedules: bool = True) -> dict[str, Tool]:
     return {tool.name: tool for tool in TOOLS if schedules or tool.name not in SCHEDULE_TOOLS}
 
 
-async def call(http: httpx.AsyncClient, tool: Tool, arguments: Mapping[str, Any]) -> types.CallToolResult:
+async def call(send: Sender, tool: Tool, arguments: Mapping[str, Any]) -> types.CallToolResult:
     """Call ``tool``'s route with ``arguments`` and answer what it answered, as an MCP tool result."""
     try:
-        request = tool.request(http, arguments)
+        request = tool.request(arguments)
     except ArgumentError as exc:
         return _error(f"400 Bad Request: {exc}")
     try:
-        response = await http.send(request)
-    except httpx.HTTPError as exc:
-        return _error(f"the Agent server at {http.base_url} did not answer: {exc or type(exc).__name__}; nothing was sent")
-    if response.is_success:
-        body = jsontext.loads(response.content) if response.content else {}
+        status, content = await send(request)
+    except Unreachable as exc:
+        return _error(str(exc))
+    if 200 <= status < 300:
+        body = jsontext.loads(content) if content else {}
         return types.CallToolResult(
-            content=[types.TextContent(type="text", text=jsontext.dumps(body).decode())],
+            content=[types.TextContent(type="text", text=content.decode() if content else "{}")],
             structured_content=body,
         )
-    return _error(_refusal(response))
+    return _error(refusal(status, content))
 
 
-def _refusal(response: httpx.Response) -> str:
+def refusal(status: int, content: bytes) -> str:
     """``status error: message`` from the route's error body (or what a proxy in between said)."""
     try:
-        body = jsontext.loads(response.content)
+        body = jsontext.loads(content)
         return f"{body['statusCode']} {body['error']}: {body['message']}"
     except (ValueError, KeyError, TypeError):
-        return f"{response.status_code} {response.reason_phrase}: {response.text[:500]}"
+        phrase = HTTPStatus(status).phrase if status in HTTPStatus._value2member_map_ else "Error"
+        return f"{status} {phrase}: {content[:500].decode(errors='replace')}"
 
 
 def _error(text: str) -> types.CallToolResult:

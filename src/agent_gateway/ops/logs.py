@@ -50,6 +50,6 @@ def configure(level: str, format: str = "text") -> None:
     root.handlers[:] = [handler]
     root.setLevel(level)
     # uvicorn's and alembic's own start-up chatter repeats what the gateway logs once; httpx
-    # would log every request of an MCP tool to its route (that is log.access's job).
-    for noisy in ("uvicorn.error", "alembic", "httpx"):
+    # and the MCP SDK would log every MCP request and its tool's request (log.access's job).
+    for noisy in ("uvicorn.error", "alembic", "httpx", "mcp"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))
