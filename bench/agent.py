@@ -176,8 +176,11 @@ async def recovery(served: ServedGateway, rounds: int) -> list[float]:
     return times
 
 
-def bench(backend: str, samples: int, total: int, clients: int, kills: int, mode: str) -> None:
-    with harness.gateway(backend, {"AGENT_GATEWAY_RUNTIME_MODE": mode}) as served:
+def bench(
+    backend: str, samples: int, total: int, clients: int, kills: int, mode: str, env: dict[str, str] | None = None
+) -> None:
+    """Print the figures of one gateway (``env``: more of its settings; ``kills = 0`` skips recovery)."""
+    with harness.gateway(backend, {"AGENT_GATEWAY_RUNTIME_MODE": mode, **(env or {})}) as served:
         delays = asyncio.run(sequential(served, samples))
         cuts = statistics.quantiles(delays, n=100, method="inclusive")
         print(
@@ -189,7 +192,7 @@ def bench(backend: str, samples: int, total: int, clients: int, kills: int, mode
             f"{backend:<10} {total} Messages at once from {clients} clients: {rate:,.0f} answered/s "
             f"(this client's CPU: {client_cpu_ms:.1f} ms per Message)"
         )
-        if mode == "per-run":
+        if mode == "per-run" or kills == 0:
             return
         times = asyncio.run(recovery(served, kills))
         print(

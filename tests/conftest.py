@@ -112,13 +112,20 @@ def signing_key_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def settings(database_url: str, signing_key_file: Path, tmp_path: Path) -> config.Settings:
-    """Settings for an in-process gateway: a cheap scrypt cost keeps tests fast."""
+    """Settings for an in-process gateway: a cheap scrypt cost keeps tests fast.
+
+    The tests' agent programs record what they saw in ``tmp_path/agent-files``
+    (``tests/agent_program.py``): confined, they may write there too.
+    """
+    agent_files = tmp_path / "agent-files"
+    agent_files.mkdir(exist_ok=True)
     return config.Settings(
         token_ttl_ms=3_600_000,
         database_url=database_url,
         signing_key_file=signing_key_file,
         scrypt=config.ScryptCost(log_n=4, block_size=8, parallelism=1),
         runtime_workdir=tmp_path / "workspace",
+        runtime_sandbox_rw=(agent_files,),
     )
 
 

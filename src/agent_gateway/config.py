@@ -33,6 +33,8 @@ MAX_TOKEN_TTL_MS = 100 * 365 * 24 * 3600 * 1000
 MAX_SCRYPT_MEMORY_BYTES = 2**31 - 1
 # "per-run" starts [runtime] command for each Run; "persistent" starts it once and hands it Runs as JSON lines.
 RUNTIME_MODES = ("per-run", "persistent")
+# "auto" confines the agent program with bubblewrap when it works, "bubblewrap" refuses to start without it.
+SANDBOX_MODES = ("auto", "bubblewrap", "none")
 # A stream re-checks its Token at least every 10 s (issue 13).
 MAX_STREAM_AUTH_CHECK_MS = 10_000
 
@@ -48,6 +50,12 @@ class Address:
 
     def __str__(self) -> str:
         return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+    @property
+    def connectable(self) -> Address:
+        """Where a client on this host reaches a server bound here: a wildcard bind means loopback."""
+        host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(self.host, self.host)
+        return Address(host, self.port)
 
     @property
     def is_loopback(self) -> bool:
@@ -107,6 +115,14 @@ class Settings:
     runtime_command: tuple[str, ...] | None = None
     runtime_workdir: Path | None = None
     runtime_mode: str = "per-run"
+    # Confinement of the agent program (sandbox/).
+    runtime_sandbox: str = "auto"
+    runtime_sandbox_ro: tuple[Path, ...] = ()
+    runtime_sandbox_rw: tuple[Path, ...] = ()
+    runtime_allow_hosts: tuple[Address, ...] = ()
+    runtime_env_pass: tuple[str, ...] = ()
+    runtime_memory_limit_mb: int = 4096
+    runtime_max_processes: int = 1024
     handlers: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
     signals_setup: str | None = None
     log_level: str = "INFO"
@@ -125,6 +141,8 @@ class Settings:
     stream_auth_check_ms: int = 10_000
     stream_stall_ms: int = 10_000
     stream_poll_ms: int = 50
+    # The file the settings were read from (not a setting): its folder is never shown to the agent.
+    config_file: Path | None = None
 
     @property
     def access_log(self) -> bool:
@@ -210,6 +228,42 @@ def _runtime_mode(value: Any) -> str:
     if mode not in RUNTIME_MODES:
         raise ValueError('must be "per-run" or "persistent"')
     return mode
+
+
+def _sandbox(value: Any) -> str:
+    mode = _str(value)
+    if mode not in SANDBOX_MODES:
+        raise ValueError('must be "auto", "bubblewrap" or "none"')
+    return mode
+
+
+def _list(item: Callable[[Any], Any]) -> Callable[[Any], tuple[Any, ...]]:
+    """A list (TOML, or JSON in the environment) of values each parsed by ``item``."""
+
+    def parse(value: Any) -> tuple[Any, ...]:
+        try:
+            items = _json_or(list)(value)
+        except ValueError:
+            raise ValueError("must be a list (in an environment variable, a JSON list)") from None
+        try:
+            return tuple(item(entry) for entry in items)
+        except ValueError as exc:
+            raise ValueError(f"each entry {exc}") from None
+
+    return parse
+
+
+def _host_port(value: Any) -> Address:
+    address = _address(value)
+    if address.port == 0:
+        raise ValueError('must be "host:port" with a port 1..65535')
+    return address
+
+
+def _env_name(value: Any) -> str:
+    if not isinstance(value, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", value):
+        raise ValueError("must be an environment variable name (letters, digits, _)")
+    return value
 
 
 def _handlers(value: Any) -> dict[str, dict[str, Any]]:
@@ -344,6 +398,27 @@ _KEYS = (
     _Key(("runtime", "mode"), "runtime_mode", _runtime_mode,
          default='`"per-run"`',
          doc='`"per-run"`: `runtime.command` is started for each Run; `"persistent"`: started once and handed Runs as JSON lines (see [The persistent runtime](#the-persistent-runtime-the-contract-for-agent-authors)); `init` writes `"persistent"`'),
+    _Key(("runtime", "sandbox"), "runtime_sandbox", _sandbox,
+         default='`"auto"`',
+         doc='confinement of the agent program (see [Confinement](agents/confinement.md)): `"auto"` confines it with bubblewrap when `bwrap` works and otherwise starts with a warning; `"bubblewrap"` refuses to start without confinement; `"none"` runs it unconfined'),
+    _Key(("runtime", "sandbox_ro"), "runtime_sandbox_ro", _list(_str), is_path=True,
+         default='`[]`',
+         doc='more paths the confined agent program sees read-only (each must exist, and none may hold the gateway\'s key, config or database)'),
+    _Key(("runtime", "sandbox_rw"), "runtime_sandbox_rw", _list(_str), is_path=True,
+         default='`[]`',
+         doc='more paths the confined agent program may write (same rules as `sandbox_ro`)'),
+    _Key(("runtime", "allow_hosts"), "runtime_allow_hosts", _list(_host_port),
+         default='`[]` (no egress)',
+         doc='the `"host:port"` addresses the confined agent program may reach, through the egress proxy given to it as `HTTPS_PROXY`/`HTTP_PROXY`; a listed name that resolves to a loopback, link-local or private address is refused unless that address is listed too'),
+    _Key(("runtime", "env_pass"), "runtime_env_pass", _list(_env_name),
+         default='`[]`',
+         doc="names of the gateway's environment variables passed to the confined agent program (an API key, say), besides `PATH`, the locale and `TZ`"),
+    _Key(("runtime", "memory_limit_mb"), "runtime_memory_limit_mb", lambda v: _int(v, minimum=16, maximum=2**31),
+         default='`4096`',
+         doc="the confined agent program's data memory per process, in MiB (`RLIMIT_DATA`); an allocation past it fails"),
+    _Key(("runtime", "max_processes"), "runtime_max_processes", lambda v: _int(v, minimum=8, maximum=2**22),
+         default='`1024`',
+         doc="processes and threads the confined agent program may run at once (see [Confinement](agents/confinement.md#limits) for what holds as root)"),
     _Key(("handlers",), "handlers", _handlers,
          default='—',
          doc='declarative Signal Handlers (see below)'),
@@ -441,7 +516,7 @@ def load(
         base = file.resolve().parent
         _check_unknown(document)
 
-    values: dict[str, Any] = {}
+    values: dict[str, Any] = {"config_file": Path(path).resolve()} if path else {}
     scrypt: dict[str, Any] = {}
     for key in _KEYS:
         raw, source = environ.get(key.env), key.env
@@ -455,7 +530,7 @@ def load(
             where = key.dotted if source == key.dotted else f"{key.dotted} ({source})"
             raise SettingsError(f"{where}: {exc}") from None
         if key.is_path:
-            value = base / value
+            value = tuple(base / item for item in value) if isinstance(value, tuple) else base / value
         if key.field.startswith("scrypt."):
             scrypt[key.field.removeprefix("scrypt.")] = value
         else:

@@ -83,8 +83,11 @@ class Gateway:
         # An operator adds schemes in Python: gateway.auth_schemes.append(MyScheme()).
         self.password_scheme = PasswordScheme(self.store)
         self.auth_schemes: list[Scheme] = [self.password_scheme]
-        # What executes each Run; replaceable before start() (see runtimes/runtime.py).
-        self.runtime: runtimes.Runtime = runtimes.from_settings(settings)
+        # What executes each Run; replaceable before start() (see runtimes/runtime.py). Only a
+        # worker process runs the agent: only it checks (and reports) its confinement.
+        self.runtime: runtimes.Runtime = (
+            runtimes.from_settings(settings) if "worker" in roles else runtimes.NoRuntime()
+        )
         self.worker: Worker | None = None
         self._worker_task: asyncio.Task[None] | None = None
         # What counts the requests of both servers (ops.observe), flushed into the metrics.

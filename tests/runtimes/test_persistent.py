@@ -33,7 +33,9 @@ class Agent:
     """The test agent's argv and what it recorded."""
 
     def __init__(self, directory: Path) -> None:
-        self.record = directory / "record.jsonl"
+        # tmp_path/agent-files: the folder a confined program may write (the settings fixture's runtime.sandbox_rw).
+        (directory / "agent-files").mkdir(exist_ok=True)
+        self.record = directory / "agent-files" / "record.jsonl"
 
     def argv(self, *args: str) -> tuple[str, ...]:
         return (sys.executable, str(AGENT), str(self.record), *args)
@@ -44,7 +46,31 @@ class Agent:
         return [json.loads(line) for line in self.record.read_text().splitlines()]
 
     def pids(self) -> list[int]:
-        return [call["pid"] for call in self.calls()]
+        """The pids the program recorded, as this host sees them."""
+        return [self.host_pid(call["pid"]) for call in self.calls()]
+
+    def child(self) -> int:
+        """The pid of the child the program started (``spawn``), as this host sees it."""
+        return self.host_pid(int(self.record.with_name(self.record.name + ".child").read_text()))
+
+    def host_pid(self, pid: int) -> int:
+        """``pid`` as this host sees it, while the process lives: a confined program knows only
+        the pids of its own PID namespace (``NSpid`` in /proc/PID/status maps them)."""
+        namespace, seen = None, {}
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                status = (entry / "status").read_text()
+                argv = (entry / "cmdline").read_bytes().split(b"\0")
+                space = os.readlink(entry / "ns" / "pid")
+            except OSError:
+                continue
+            nspid = next(line.split()[1:] for line in status.splitlines() if line.startswith("NSpid:"))
+            seen[(space, int(nspid[-1]))] = int(entry.name)
+            if str(AGENT).encode() in argv[1:2] and str(self.record).encode() in argv:
+                namespace = space
+        return seen.get((namespace, pid), pid)
 
 
 @pytest.fixture
@@ -218,7 +244,7 @@ async def test_close_stops_the_program_and_everything_it_started(agent: Agent, m
     runtime = make(agent.argv())
     await runtime.run(a_run("spawn"))
     [pid] = agent.pids()
-    child = int(agent.record.with_name(agent.record.name + ".child").read_text())
+    child = agent.child()
     await runtime.close()
     await gone(pid)
     await gone(child)
@@ -255,7 +281,7 @@ async def test_a_program_killed_just_before_a_run_does_not_fail_that_run(agent: 
 async def test_what_a_program_started_is_stopped_when_it_exits_mid_run(agent: Agent, make: Any) -> None:
     runtime = make(agent.argv())
     await runtime.run(a_run("spawn", "r-1"))
-    child = int(agent.record.with_name(agent.record.name + ".child").read_text())
+    child = agent.child()
     with pytest.raises(RunFailed):
         await runtime.run(a_run("exit", "r-2"))
     await gone(child)

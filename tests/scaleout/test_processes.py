@@ -111,14 +111,17 @@ class Deployment:
 def deployment(directory: Path, database_url: str) -> Iterator[Deployment]:
     """:data:`PROCESSES` ``serve`` processes of one deployment, started at once, stopped at the end."""
     deployment_files.write(directory)  # what `agent-gateway init` writes, without a CLI start-up
-    agent = directory / "agent.py"
+    # The agent's own folder: confined, it may write there (runtime.sandbox_rw) and nowhere else but its Workspace.
+    (directory / "agent-files").mkdir()
+    agent = directory / "agent-files" / "agent.py"
     agent.write_text(RECORDING_AGENT)
-    record = directory / "runs.log"
+    record = directory / "agent-files" / "runs.log"
     common = {
         "AGENT_GATEWAY_DATABASE_URL": database_url,
         "AGENT_GATEWAY_AUTH_SCRYPT_LOGN": "10",
         "AGENT_GATEWAY_RUNTIME_MODE": "per-run",  # init configures the persistent runtime
         "AGENT_GATEWAY_RUNTIME_COMMAND": json.dumps([sys.executable, str(agent), str(record), "{run_id}"]),
+        "AGENT_GATEWAY_RUNTIME_SANDBOX_RW": json.dumps([str(record.parent)]),
         "AGENT_GATEWAY_HANDLERS": json.dumps({"message.received": {"template": "{{ text }}"}}),
     }
 

@@ -43,10 +43,16 @@ class AgentProgram:
     """The tests' agent program under the command runtime, and what it recorded."""
 
     def __init__(self, directory: Path) -> None:
-        self.record = directory / "agent-record.jsonl"
+        # tmp_path/agent-files: the folder a confined program may write (the settings fixture's runtime.sandbox_rw).
+        (directory / "agent-files").mkdir(exist_ok=True)
+        self.record = directory / "agent-files" / "agent-record.jsonl"
 
     def command(self, mode: str, *args: str) -> tuple[str, ...]:
         return (sys.executable, str(AGENT_PROGRAM), str(self.record), mode, *args)
+
+    def sandbox_env(self) -> dict[str, str]:
+        """What lets a served gateway's confined program write its record (``runtime.sandbox_rw``)."""
+        return {"AGENT_GATEWAY_RUNTIME_SANDBOX_RW": json.dumps([str(self.record.parent)])}
 
     def calls(self) -> list[dict[str, Any]]:
         if not self.record.exists():

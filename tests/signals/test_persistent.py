@@ -61,7 +61,7 @@ async def test_stopping_the_gateway_stops_the_agent(make_gateway: GatewayFactory
     gateway = await persistent(make_gateway, agent)
     await finished(gateway.store, await emit(gateway.store, "task", {"what": "spawn"}))
     [pid] = agent.pids()
-    child = int(agent.record.with_name(agent.record.name + ".child").read_text())
+    child = agent.child()
     await gateway.stop()
     assert not alive(pid)
     await gone(child)
@@ -73,10 +73,11 @@ async def test_stopping_the_gateway_mid_run_fails_the_run_and_stops_the_agent(
     gateway = await persistent(make_gateway, agent)
     stuck = await emit(gateway.store, "task", {"what": "hang"})
     await until(lambda: len(agent.calls()) == 1)
+    [pid] = agent.pids()  # while it lives: a confined program's pid is known to the host only then
     assert gateway.worker is not None and gateway._worker_task is not None
     gateway.worker.stop()
     await gateway._worker_task
-    assert not alive(agent.pids()[0])
+    assert not alive(pid)
     [run] = await runs_of(gateway.store, stuck)
     assert run.state == "failed"
 

@@ -31,6 +31,7 @@ async def test_a_killed_gateway_fails_the_running_signal_and_runs_the_pending_on
             [sys.executable, str(AGENT_PROGRAM), str(agent_program.record), "hang", "{run_id}"]
         ),
         "AGENT_GATEWAY_HANDLERS": json.dumps(HANDLERS),
+        **agent_program.sandbox_env(),
     }
     store = Store(database_url)
     try:
@@ -88,6 +89,7 @@ async def test_stopping_a_served_gateway_mid_run_stops_the_agent_and_records_why
         "AGENT_GATEWAY_RUNTIME_MODE": "per-run",
         "AGENT_GATEWAY_RUNTIME_COMMAND": json.dumps([sys.executable, str(AGENT_PROGRAM), str(agent_program.record), "hang"]),
         "AGENT_GATEWAY_HANDLERS": json.dumps(HANDLERS),
+        **agent_program.sandbox_env(),
     }
     store = Store(database_url)
     try:

@@ -52,6 +52,9 @@ messages = Counter(f"{PREFIX}_messages", "Messages recorded.", ("direction",))
 message_write_conflicts = Counter(
     f"{PREFIX}_message_write_conflicts", "Message writes that lost the per-User seq race (503, nothing stored)."
 )
+egress_refused = Counter(
+    f"{PREFIX}_sandbox_egress_refused", "Connections the sandbox's egress proxy refused (runtime.allow_hosts)."
+)
 # Summed over the live processes: with several HTTP processes each has its own pool.
 db_pool_in_use = Gauge(
     f"{PREFIX}_db_pool_connections_in_use",
@@ -65,6 +68,7 @@ db_pool_waiting = Gauge(
 )
 _UNLABELLED = (
     decisions,
+    egress_refused,
     message_write_conflicts,
     run_duration,
     schedule_fire_lateness,

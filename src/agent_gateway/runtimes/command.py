@@ -7,7 +7,8 @@ CLI can resume its Session directly. It reads the Prompt on stdin and gets
 ``AGENT_GATEWAY_SIGNAL_ID`` in its environment. Exit status 0 is ``done``;
 anything else fails the Run with the status and the tail of stderr. Its stdout
 is discarded: an agent answers through the Agent server. How the process is
-started and stopped is ``process.py``'s, shared with the persistent runtime.
+started and stopped is ``process.py``'s, shared with the persistent runtime;
+with a ``sandbox`` (``runtime.sandbox``), each Run's program starts confined.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pathlib import Path
 
 from agent_gateway.runtimes import process as processes
 from agent_gateway.runtimes.process import STDERR_TAIL_BYTES
+from agent_gateway.sandbox.bubblewrap import Sandbox
 from agent_gateway.store.runs import Run
 
 __all__ = ["STDERR_TAIL_BYTES", "CommandRuntime"]
@@ -33,10 +35,18 @@ logger = logging.getLogger(__name__)
 
 
 class CommandRuntime:
-    def __init__(self, argv: Sequence[str], *, agent_server_url: str, workdir: Path | None = None) -> None:
+    def __init__(
+        self, argv: Sequence[str], *, agent_server_url: str, workdir: Path | None = None, sandbox: Sandbox | None = None
+    ) -> None:
         self.argv = tuple(argv)
         self.agent_server_url = agent_server_url
         self.workdir = workdir
+        self.sandbox = sandbox
+
+    async def close(self) -> None:
+        """Stop the sandbox's ends (the Signal Worker calls this when it stops leading)."""
+        if self.sandbox is not None:
+            await self.sandbox.close()
 
     def command(self, run: Run) -> list[str]:
         """The argv of ``run``: placeholders replaced in one pass, so a value is never expanded again."""
@@ -61,7 +71,8 @@ class CommandRuntime:
     async def _run(self, run: Run) -> None:
         processes.make_workdir(self.workdir)
         process = await processes.spawn(
-            self.command(run), env=self.environment(run), workdir=self.workdir, stdout=asyncio.subprocess.DEVNULL
+            self.command(run), env=self.environment(run), workdir=self.workdir, stdout=asyncio.subprocess.DEVNULL,
+            sandbox=self.sandbox,
         )
         assert process.stdin is not None and process.stderr is not None
         feeding = asyncio.create_task(_feed(process.stdin, run.prompt.encode()))
@@ -79,7 +90,7 @@ class CommandRuntime:
             for task in (feeding, reading):
                 task.cancel()
         if status != 0:
-            raise processes.exit_failure(status, tail)
+            raise processes.exit_failure(status, tail, confined=self.sandbox is not None)
 
 
 async def _feed(stdin: asyncio.StreamWriter, prompt: bytes) -> None:

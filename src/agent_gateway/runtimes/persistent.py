@@ -28,7 +28,8 @@ from pathlib import Path
 import orjson
 
 from agent_gateway.runtimes import process as processes
-from agent_gateway.runtimes.runtime import RunFailed
+from agent_gateway.runtimes.failure import RunFailed
+from agent_gateway.sandbox.bubblewrap import Sandbox
 from agent_gateway.store.runs import Run
 
 # Longest line the agent may answer with; a longer one breaks the protocol.
@@ -47,10 +48,13 @@ logger = logging.getLogger(__name__)
 
 
 class PersistentRuntime:
-    def __init__(self, argv: Sequence[str], *, agent_server_url: str, workdir: Path | None = None) -> None:
+    def __init__(
+        self, argv: Sequence[str], *, agent_server_url: str, workdir: Path | None = None, sandbox: Sandbox | None = None
+    ) -> None:
         self.argv = tuple(argv)
         self.agent_server_url = agent_server_url
         self.workdir = workdir
+        self.sandbox = sandbox
         self._agent: _Agent | None = None
         self._lock = asyncio.Lock()
         # Programs in a row that ended without answering a Run; sets the backoff before the next start.
@@ -69,10 +73,12 @@ class PersistentRuntime:
                 )
 
     async def close(self) -> None:
-        """Stop the program (SIGTERM to its group, then SIGKILL); the next Run starts it again."""
+        """Stop the program (SIGTERM to its group, then SIGKILL), and the sandbox's ends; the next Run starts it again."""
         agent, self._agent = self._agent, None
         if agent is not None:
             await agent.stop()
+        if self.sandbox is not None:
+            await self.sandbox.close()
 
     async def run(self, run: Run) -> None:
         """Hand ``run`` to the program; raise :class:`RunFailed` unless it answers ``done``."""
@@ -130,11 +136,12 @@ class PersistentRuntime:
                 workdir=self.workdir,
                 stdout=asyncio.subprocess.PIPE,
                 limit=MAX_LINE_BYTES,
+                sandbox=self.sandbox,
             )
         except RunFailed:
             self._failures += 1
             raise
-        self._agent = _Agent(process, self.argv[0])
+        self._agent = _Agent(process, self.argv[0], confined=self.sandbox is not None)
         logger.info("agent program started (pid %s)", process.pid, extra={"action": "agent_started"})
         return self._agent
 
@@ -157,10 +164,11 @@ class _ProtocolBroken(Exception):
 class _Agent:
     """One started program: its pipes, its stderr tail, and a watcher that reports an exit between Runs."""
 
-    def __init__(self, process: asyncio.subprocess.Process, program: str) -> None:
+    def __init__(self, process: asyncio.subprocess.Process, program: str, *, confined: bool) -> None:
         assert process.stdin is not None and process.stdout is not None and process.stderr is not None
         self.process = process
         self.program = program
+        self.confined = confined
         self.stderr = processes.Tail()
         self.answered = False  # whether it has answered any Run
         self.in_run = False
@@ -237,7 +245,7 @@ class _Agent:
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(asyncio.shield(self._reading), STDERR_DRAIN_S)
         self._reading.cancel()
-        return processes.exit_failure(status, self.stderr)
+        return processes.exit_failure(status, self.stderr, confined=self.confined)
 
     async def stop(self) -> None:
         self.stopping = True
@@ -252,7 +260,7 @@ class _Agent:
         if not self.stopping and not self.in_run:
             logger.warning(
                 "the agent program (pid %s) exited between Runs: %s; it starts again for the next Run",
-                self.process.pid, processes.first_line(processes.exit_failure(status, processes.Tail())),
+                self.process.pid, processes.first_line(processes.exit_failure(status, processes.Tail(), confined=self.confined)),
                 extra={"action": "agent_exited"},
             )
 

@@ -20,12 +20,16 @@ import signal
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
-from agent_gateway.runtimes.runtime import RunFailed
+from agent_gateway.runtimes.failure import RunFailed
+from agent_gateway.sandbox import inside
+from agent_gateway.sandbox.bubblewrap import Sandbox
 
 STDERR_TAIL_BYTES = 4096
 # On shutdown: SIGTERM to the program's process group, then SIGKILL after this long.
 TERMINATE_GRACE_S = 5.0
 _ENV_PREFIX = "AGENT_GATEWAY_"
+BWRAP_SIGNALLED = 128
+MAX_SIGNAL = 64
 PR_SET_PDEATHSIG = 1
 _LIBC = ctypes.CDLL(None)
 
@@ -49,26 +53,42 @@ def make_workdir(workdir: Path | None) -> None:
 
 
 async def spawn(
-    argv: Sequence[str], *, env: Mapping[str, str], workdir: Path | None, stdout: int, limit: int = 2**16
+    argv: Sequence[str],
+    *,
+    env: Mapping[str, str],
+    workdir: Path | None,
+    stdout: int,
+    limit: int = 2**16,
+    sandbox: Sandbox | None = None,
 ) -> asyncio.subprocess.Process:
-    """Start the program with piped stdin and stderr; a program that cannot start fails the Run.
+    """Start the program with piped stdin and stderr, confined by ``sandbox`` when one is given;
+    a program that cannot start fails the Run.
 
     Cancelled while the program is starting, it lets the program start and then
     stops its whole group: asyncio alone would kill only its first process and
     then wait for every pipe its children hold.
     """
+    cwd: Path | None = workdir
+    if sandbox is not None:
+        try:
+            await sandbox.prepare()
+        except OSError as exc:
+            raise RunFailed(f"the sandbox could not be prepared: {exc}") from None
+        env = sandbox.environment(env, workdir)
+        argv = sandbox.wrap(argv, env, workdir)
+        cwd = None  # bubblewrap's --chdir sets it inside
     spawning = asyncio.ensure_future(
         asyncio.create_subprocess_exec(
             *argv,
             stdin=asyncio.subprocess.PIPE,
             stdout=stdout,
             stderr=asyncio.subprocess.PIPE,
-            cwd=workdir,
+            cwd=cwd,
             env=dict(env),
             # Its own process group: the gateway decides when the agent stops,
             # and stopping it reaches whatever it started.
             start_new_session=True,
-            preexec_fn=_die_with(os.getpid()),
+            preexec_fn=_die_with(os.getpid(), sandbox),
             limit=limit,
         )
     )
@@ -106,8 +126,16 @@ class Tail:
         return f"[...]{text}" if self.truncated and text else text
 
 
-def exit_failure(status: int, stderr: Tail) -> RunFailed:
-    """The failure of a Run whose program ended with ``status``: the reason and the stderr tail."""
+def exit_failure(status: int, stderr: Tail, *, confined: bool = False) -> RunFailed:
+    """The failure of a Run whose program ended with ``status``: the reason and the stderr tail.
+
+    bubblewrap reports a program killed by signal N as its own exit status 128 + N,
+    and ``inside.py`` a program it could not exec as status 127 and one line.
+    """
+    if confined and status == inside.START_FAILED_STATUS and stderr.text().startswith(inside.START_FAILED_PREFIX):
+        return RunFailed("the agent program could not be started: " + stderr.text().removeprefix(inside.START_FAILED_PREFIX))
+    if confined and BWRAP_SIGNALLED < status <= BWRAP_SIGNALLED + MAX_SIGNAL:
+        status = BWRAP_SIGNALLED - status
     if status < 0:
         reason = f"the agent program was killed by signal {_signal_name(-status)}"
     else:
@@ -147,14 +175,17 @@ async def terminate(process: asyncio.subprocess.Process) -> None:
             return
 
 
-def _die_with(gateway_pid: int):  # type: ignore[no-untyped-def]
+def _die_with(gateway_pid: int, sandbox: Sandbox | None):  # type: ignore[no-untyped-def]
     """What the program's process runs before exec: be SIGKILLed when the gateway process dies.
 
     A gateway killed outright (SIGKILL, the OOM killer) cannot stop its agent,
-    which would run on beside the next leader's Runs.
+    which would run on beside the next leader's Runs. Confined, the process is
+    bubblewrap's, which enters the sandbox's limits first (``Sandbox.enter``).
     """
 
     def die_with_gateway() -> None:
+        if sandbox is not None:
+            sandbox.enter()
         _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
         if os.getppid() != gateway_pid:  # the gateway died before prctl took effect
             os.kill(os.getpid(), signal.SIGKILL)

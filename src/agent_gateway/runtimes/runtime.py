@@ -16,15 +16,13 @@ from __future__ import annotations
 from typing import Protocol
 
 from agent_gateway.config import Address, Settings
+from agent_gateway.runtimes.command import CommandRuntime
+from agent_gateway.runtimes.failure import RunFailed
+from agent_gateway.runtimes.persistent import PersistentRuntime
+from agent_gateway.sandbox import choose
 from agent_gateway.store.runs import Run
 
-
-class RunFailed(Exception):
-    """The Run failed; the message is the Run's ``error``."""
-
-    @property
-    def message(self) -> str:
-        return str(self.args[0])
+__all__ = ["NoRuntime", "RunFailed", "Runtime", "agent_server_url", "from_settings"]
 
 
 class Runtime(Protocol):
@@ -40,15 +38,16 @@ class NoRuntime:
 
 def agent_server_url(address: Address) -> str:
     """The URL an agent program on this host reaches the Agent server at (a wildcard bind means loopback)."""
-    host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(address.host, address.host)
-    return f"http://{Address(host, address.port)}"
+    return f"http://{address.connectable}"
 
 
 def from_settings(settings: Settings) -> Runtime:
-    """The runtime ``[runtime] mode`` names for ``[runtime] command``, or :class:`NoRuntime` when no command is set."""
-    from agent_gateway.runtimes.command import CommandRuntime
-    from agent_gateway.runtimes.persistent import PersistentRuntime
+    """The runtime ``[runtime] mode`` names for ``[runtime] command``, confined as ``runtime.sandbox`` says,
+    or :class:`NoRuntime` when no command is set.
 
+    Raises :class:`agent_gateway.sandbox.bubblewrap.SandboxError` when
+    ``runtime.sandbox = "bubblewrap"`` and the program cannot be confined.
+    """
     if settings.runtime_command is None:
         return NoRuntime()
     kind = PersistentRuntime if settings.runtime_mode == "persistent" else CommandRuntime
@@ -56,4 +55,5 @@ def from_settings(settings: Settings) -> Runtime:
         settings.runtime_command,
         agent_server_url=agent_server_url(settings.agent_listen),
         workdir=settings.runtime_workdir,
+        sandbox=choose.choose(settings, settings.agent_listen),
     )
