@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import re
 import secrets
 import sys
 from pathlib import Path
 
+from agent_gateway.agent.llm import providers
 from agent_gateway.auth import service as auth_service
 from agent_gateway.config import ScryptCost
 from agent_gateway.signatures import keys
@@ -16,6 +19,8 @@ from agent_gateway.users import service as users_service
 
 CONFIG_NAME = "gateway.toml"
 KEY_NAME = "signing-key.pem"
+WORKSPACE_NAME = "workspace"
+INSTRUCTIONS_NAME = "instructions.md"
 
 CONFIG_TEMPLATE = """\
 # agent-gateway settings. Every key can be overridden by an environment variable:
@@ -92,17 +97,121 @@ session = "user_{{ userId }}"
 """
 
 
-def write(directory: Path) -> list[Path]:
-    """Create ``directory`` with a config and a fresh Ed25519 key; refuse to overwrite either."""
+# The reference LLM agent (init --agent llm): its runtime, and Handlers for Messages and Schedule fires.
+# A fire whose data names a userId continues that User's Session (the agent set it for them).
+LLM_RUNTIME_TEMPLATE = """
+[runtime]
+# The reference LLM agent (pip install 'agent-gateway[llm]'); its options are listed by
+# python -m agent_gateway.agent.llm --help. It calls the Agent server's MCP tools at $AGENT_SERVER_URL/mcp.
+command = {command}
+mode = "persistent"
+# Its Workspace: instructions.md (read at each Run: edit it to tell the agent who it is) and
+# sessions/ (each Session's memory).
+workdir = "workspace"
+{confinement}
+[handlers."message.received"]
+template = "A message from user {{{{ userId }}}}:\\n\\n{{{{ text }}}}"
+session = "user_{{{{ userId }}}}"
+
+[handlers."service_schedule_fired"]
+template = "The Schedule {{{{ scheduleName }}}} fired (arranged for {{{{ scheduledFor }}}}). Its data: {{{{ data | tojson }}}}"
+session = "{{{{ 'user_' ~ data.userId if data is mapping and data.userId is defined else 'schedule_' ~ scheduleName }}}}"
+"""
+
+INSTRUCTIONS = """\
+You are the shared agent of this gateway: one assistant serving several people (Users).
+Edit this file to say who you are and what you may decide; it is read at every Run.
+
+How you work:
+- Each request starts with "A message from user <id>:". Answer that User by calling
+  send_message with userId set to that id. Your final text reply is not shown to anyone:
+  only send_message reaches a User. Never tell one User what another User wrote.
+- publish_decision publishes a Decision: numbered, signed and public for good. Publish one
+  only when asked to decide something and you are sure; tell the User its number.
+- sign_statement signs a Statement without publishing or storing it.
+- To remind a User later, call put_schedule with a unique name, spec
+  {"kind": "once", "at": "<ISO 8601 instant>"} and data {"userId": "<their id>", "note": "..."}.
+  When it fires you are told so with its data: then send the User their reminder.
+- If a tool answers an error, read it, fix the call and try again, or tell the User.
+"""
+
+
+def write(directory: Path, agent: LLMAgent | None = None) -> list[Path]:
+    """Create ``directory`` with a config and a fresh Ed25519 key; refuse to overwrite either.
+
+    The config runs the demo echo agent, or the reference LLM agent ``agent`` with an
+    instructions file in its Workspace."""
     directory.mkdir(parents=True, exist_ok=True)
     config, key = directory / CONFIG_NAME, directory / KEY_NAME
-    for path in (config, key):
+    instructions = directory / WORKSPACE_NAME / INSTRUCTIONS_NAME
+    written = [config, key] if agent is None else [config, key, instructions]
+    for path in written:
         if path.exists():
             raise FileExistsError(0, "exists", str(path))
     keys.write_private(key, keys.generate_pem("ed25519"))
+    runtime = RUNTIME_TEMPLATE.replace("@PYTHON@", json.dumps(sys.executable)) if agent is None else agent.runtime()
     with open(config, "x", encoding="utf-8") as file:
-        file.write(CONFIG_TEMPLATE + RUNTIME_TEMPLATE.replace("@PYTHON@", json.dumps(sys.executable)))
-    return [config, key]
+        file.write(CONFIG_TEMPLATE + runtime)
+    if agent is not None:
+        instructions.parent.mkdir(exist_ok=True)
+        instructions.write_text(INSTRUCTIONS, encoding="utf-8")
+    return written
+
+
+@dataclasses.dataclass(frozen=True)
+class LLMAgent:
+    """``init --agent llm``: the reference LLM agent on ``model``, and what it must reach and be given."""
+
+    model: str
+    base_url: str | None = None
+    api_key_env: str | None = None
+
+    def __post_init__(self) -> None:
+        providers.parse_model(self.model, self.base_url)  # ValueError: the CLI's one line
+        if self.base_url is not None:
+            providers.endpoint("openai", self.base_url)
+        if self.api_key_env is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", self.api_key_env):
+            raise ValueError(f"--api-key-env must be an environment variable's name (got {self.api_key_env!r})")
+
+    @property
+    def provider(self) -> str:
+        return providers.parse_model(self.model, self.base_url)[0]
+
+    @property
+    def key_env(self) -> str | None:
+        return providers.key_env(self.provider, self.api_key_env)
+
+    def command(self) -> list[str]:
+        argv = [sys.executable, "-m", "agent_gateway.agent.llm", "--model", self.model]
+        if self.base_url is not None:
+            argv += ["--base-url", self.base_url]
+        if self.key_env is not None:
+            argv += ["--api-key-env", self.key_env]
+        return argv + ["--instructions", INSTRUCTIONS_NAME]
+
+    def passed_env(self) -> list[str]:
+        """The variables the agent is given: its API key's (the value never leaves the environment)."""
+        names = [self.key_env] if self.key_env is not None else []
+        return names + ([providers.FUNCTION_MODELS_ENV] if self.provider == providers.FUNCTION else [])
+
+    def runtime(self) -> str:
+        endpoint = providers.endpoint(self.provider, self.base_url)
+        return LLM_RUNTIME_TEMPLATE.format(
+            command=json.dumps(self.command()),
+            confinement=confinement([endpoint] if endpoint else [], self.passed_env()),
+        )
+
+
+def confinement(allow_hosts: list[str], env_pass: list[str]) -> str:
+    """The runtime settings that let the confined agent reach the model and have its key.
+
+    Commented out until the sandbox's runtime.allow_hosts and runtime.env_pass exist in config.py;
+    today the agent inherits the gateway's environment and network."""
+    return (
+        "# For confinement: the hosts the agent may reach, the variables it is given.\n"
+        f"# allow_hosts = {json.dumps(allow_hosts)}\n"
+        f"# env_pass = {json.dumps(env_pass)}\n"
+    )
 
 
 DEMO_USER_NAME = "demo-user.json"

@@ -9,6 +9,7 @@ with one line on error.
 from __future__ import annotations
 
 import importlib.metadata
+import importlib.util
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -72,14 +73,50 @@ def init(
             "and print how to log in and talk to the agent",
         ),
     ] = False,
+    agent: Annotated[
+        str,
+        typer.Option(
+            "--agent",
+            help="the agent program: echo (a demo that echoes each Message) or llm (the reference LLM "
+            "agent, with --model; needs pip install 'agent-gateway[llm]')",
+        ),
+    ] = "echo",
+    model: Annotated[
+        str | None,
+        typer.Option(
+            "--model", help="with --agent llm: PROVIDER:MODEL, such as openai:gpt-4o or anthropic:claude-sonnet-4-5"
+        ),
+    ] = None,
+    base_url: Annotated[
+        str | None,
+        typer.Option(
+            "--base-url",
+            help="with --model openai:...: a server speaking the Chat Completions API instead of OpenAI's, "
+            "such as http://127.0.0.1:11434/v1 (Ollama), vLLM or llama.cpp",
+        ),
+    ] = None,
+    api_key_env: Annotated[
+        str | None,
+        typer.Option(
+            "--api-key-env",
+            help="with --agent llm: the environment variable of serve that holds the API key (default: the "
+            "provider's usual one, OPENAI_API_KEY for openai:); the key is never written",
+        ),
+    ] = None,
 ) -> None:
-    """Write a commented gateway.toml with working defaults and a fresh Ed25519 signing key."""
+    """Write a commented gateway.toml with working defaults and a fresh Ed25519 signing key.
+
+    With --agent llm, the agent is the reference LLM agent on --model, with an instructions file
+    in its Workspace (DIR/workspace/instructions.md) to edit."""
+    llm = _llm_agent(agent, model, base_url, api_key_env)
     try:
-        written = deployment.write(directory)
+        written = deployment.write(directory, llm)
     except FileExistsError as exc:
         raise fail(f"{exc.filename} exists; init never overwrites") from None
     for path in written:
         typer.echo(f"wrote {path}")
+    if llm is not None:
+        typer.echo(llm_instructions(llm))
     config_file = directory / deployment.CONFIG_NAME
     if demo_user:
         settings = load_settings(config_file)
@@ -92,6 +129,37 @@ def init(
         typer.echo(f"wrote {deployment.write_demo_user(directory, user, password)}")
         typer.echo(demo_instructions(settings.public_listen, user.id, password))
     typer.echo(f"start it with: agent-gateway serve --config {config_file}")
+
+
+def _llm_agent(
+    agent: str, model: str | None, base_url: str | None, api_key_env: str | None
+) -> deployment.LLMAgent | None:
+    """The reference LLM agent the options describe, or None for the echo agent; refuses a bad combination."""
+    if agent not in ("echo", "llm"):
+        raise fail(f"--agent takes echo or llm (got {agent!r})")
+    if agent == "echo":
+        given = [name for name, value in (("--model", model), ("--base-url", base_url),
+                                          ("--api-key-env", api_key_env)) if value is not None]
+        if given:
+            raise fail(f"{given[0]} is for --agent llm")
+        return None
+    if model is None:
+        raise fail("--agent llm needs --model PROVIDER:MODEL, such as openai:gpt-4o")
+    try:
+        return deployment.LLMAgent(model, base_url, api_key_env)
+    except ValueError as exc:
+        raise fail(str(exc)) from None
+
+
+def llm_instructions(llm: deployment.LLMAgent) -> str:
+    lines = ["The agent is the reference LLM agent: edit its instructions in workspace/instructions.md."]
+    if importlib.util.find_spec("pydantic_ai") is None:
+        lines.append("It needs the llm extra: pip install 'agent-gateway[llm]'")
+    if llm.key_env is not None and llm.base_url is not None:
+        lines.append(f"It sends the API key in ${llm.key_env}, if set there (a local server may need none).")
+    elif llm.key_env is not None:
+        lines.append(f"It reads its API key from ${llm.key_env}: set it in the environment of agent-gateway serve.")
+    return "\n".join(lines)
 
 
 def demo_instructions(public: object, user_id: str, password: str) -> str:
