@@ -550,7 +550,7 @@ _KEYS = (
          doc="the confined agent program's data memory per process, in MiB (`RLIMIT_DATA`); an allocation past it fails"),
     _Key(("runtime", "max_processes"), "runtime_max_processes", lambda v: _int(v, minimum=8, maximum=2**22),
          default='`1024`',
-         doc="processes and threads the confined agent program may run at once (see [Confinement](/agents/confinement.md#limits) for what holds as root)"),
+         doc="processes and threads the confined agent program may run at once (`RLIMIT_NPROC`, and a `pids` cgroup where one can be made: as root, only the cgroup holds)"),
     _Key(("handlers",), "handlers", _handlers,
          default='—',
          doc='declarative Signal Handlers, one table per Signal kind with a `template` and an optional `session` (see [Signal Handlers](/agents/handlers.md)); in the environment one JSON object of all of them'),
