@@ -6,7 +6,9 @@ Signal until none is left — then wait on the ``signals`` channel, which
 ``service.emit`` wakes once the emitting transaction commits, with a sweep
 interval only as a safety net. :meth:`Worker.stop` sets an Event; a Run in
 progress is then cancelled (the command runtime stops its program) and
-recorded as failed. Outcome writes are shielded from cancellation.
+recorded as failed. Outcome writes are shielded from cancellation. A Run the
+operator cancels (``service.cancel_run``, from any process) is stopped the same
+way once the worker sees it is no longer ``running``, and ends its Signal.
 
 Transactions: the claim; one that records a Signal's Runs and starts the
 first; then one per Run that ends it and starts the next, the last of which
@@ -249,7 +251,7 @@ class Worker:
         cancelling = asyncio.create_task(self._cancelled(run), name=f"cancel watch {run.id}")
         try:
             await asyncio.wait({call, stopping, cancelling}, return_when=asyncio.FIRST_COMPLETED)
-            if cancelling.done() and not cancelling.cancelled() and cancelling.exception() is None:
+            if cancelling.done() and not call.done():
                 logger.warning(
                     "Run %s cancelled by the operator; stopping the agent program", run.id,
                     extra={"action": "cancel_run", "run": run.id, "signal": run.signal_id},
