@@ -117,6 +117,8 @@ async def test_a_hanging_per_run_program_is_cancelled_and_the_queue_moves_on(
             printed = cancelled(gateway, "signals", dropped)
             assert (printed["id"], printed["state"], printed["error"]) == (dropped, "failed", "cancelled by the operator")
 
+            # How the operator finds it (docs/operate/control.md).
+            assert [listed["id"] for listed in gateway.cli_json("runs", "list", "--state", "running")] == [run.id]
             printed = cancelled(gateway, "runs", run.id)
             assert (printed["id"], printed["state"], printed["error"]) == (run.id, "failed", "cancelled by the operator")
             assert printed["endedAt"] is not None

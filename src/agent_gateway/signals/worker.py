@@ -6,7 +6,9 @@ Signal until none is left — then wait on the ``signals`` channel, which
 ``service.emit`` wakes once the emitting transaction commits, with a sweep
 interval only as a safety net. :meth:`Worker.stop` sets an Event; a Run in
 progress is then cancelled (the command runtime stops its program) and
-recorded as failed. Outcome writes are shielded from cancellation.
+recorded as failed. Outcome writes are shielded from cancellation. A Run the
+operator cancels (``service.cancel_run``, from any process) is stopped the same
+way once the worker sees it is no longer ``running``, and ends its Signal.
 
 Transactions: the claim; one that records a Signal's Runs and starts the
 first; then one per Run that ends it and starts the next, the last of which
@@ -68,6 +70,7 @@ class Worker:
         self.runtime = runtime
         self._stop = asyncio.Event()
         self._subscription: Subscription | None = None
+        self._cancels: Subscription | None = None
         self.active = False
 
     def stop(self) -> None:
@@ -75,10 +78,13 @@ class Worker:
         self._stop.set()
         if self._subscription is not None:
             self._subscription.wake()
+        if self._cancels is not None:
+            self._cancels.nudge()  # a Run in progress stops
 
     async def run(self) -> None:
         """Recover, then drain and wait until :meth:`stop`."""
         subscription = self._subscription = self.store.subscribe(service.CHANNEL)
+        self._cancels = self.store.subscribe(service.CANCEL_CHANNEL)
         recovered = False
         self.active = True
         try:
@@ -102,6 +108,7 @@ class Worker:
         finally:
             self.active = False
             self.store.unsubscribe(service.CHANNEL, subscription)
+            self.store.unsubscribe(service.CANCEL_CHANNEL, self._cancels)
             close = getattr(self.runtime, "close", None)
             if close is not None:
                 await asyncio.shield(close())
@@ -246,11 +253,10 @@ class Worker:
         """Hand a started Run to the runtime; return its error (None when done), and whether
         the operator cancelled it."""
         call = asyncio.create_task(self._call_runtime(run), name=f"run {run.id}")
-        stopping = asyncio.create_task(self._stop.wait())
-        cancelling = asyncio.create_task(self._cancelled(run), name=f"cancel watch {run.id}")
+        watching = asyncio.create_task(self._interrupted(run), name=f"stop or cancel of {run.id}")
         try:
-            await asyncio.wait({call, stopping, cancelling}, return_when=asyncio.FIRST_COMPLETED)
-            if cancelling.done() and not cancelling.cancelled() and cancelling.exception() is None:
+            await asyncio.wait({call, watching}, return_when=asyncio.FIRST_COMPLETED)
+            if watching.done() and not call.done() and not self._stop.is_set():
                 logger.warning(
                     "Run %s cancelled by the operator; stopping the agent program", run.id,
                     extra={"action": "cancel_run", "run": run.id, "signal": run.signal_id},
@@ -259,8 +265,7 @@ class Worker:
             # Stopped, cancelled by the operator, or the worker cancelled (leadership lost):
             # the agent program must stop too (the runtime's cancellation path stops it). A
             # cancelled worker leaves the outcome to recovery, as a killed process would.
-            stopping.cancel()
-            cancelling.cancel()
+            watching.cancel()
             if not call.done():
                 call.cancel()
                 await asyncio.wait({call})
@@ -270,30 +275,31 @@ class Worker:
             return service.STOPPED_RUN_ERROR, False
         return service.CANCELLED_ERROR, True
 
-    async def _cancelled(self, run: Run) -> None:
-        """Return once ``run`` is no longer ``running`` in the database: an operator cancelled it.
+    async def _interrupted(self, run: Run) -> None:
+        """Return once the worker is stopped, or ``run`` is no longer ``running`` in the database
+        (an operator cancelled it).
 
-        Woken by ``service.cancel_run`` from any process; reads the Run's state at
-        each wake-up and every :data:`CANCEL_CHECK_S` (a wake-up may be lost). A
-        database error is retried at the next check: the Run goes on meanwhile.
+        Woken by :meth:`stop`, and by ``service.cancel_run`` from any process; reads the
+        Run's state at each wake-up and every :data:`CANCEL_CHECK_S` (a wake-up may be
+        lost). A database error is retried at the next check: the Run goes on meanwhile.
         """
-        subscription = self.store.subscribe(service.CANCEL_CHANNEL)
-        try:
-            while True:
-                await subscription.wait(CANCEL_CHECK_S)
-                try:
-                    async with self.store.read() as conn:
-                        current = await run_queries.get(conn, id=run.id)
-                except Exception as exc:
-                    logger.warning(
-                        "cannot read the state of Run %s: %s", run.id, type(exc).__name__,
-                        extra={"action": "cancel_check_error", "run": run.id},
-                    )
-                    continue
-                if current is None or current.state != run_queries.RUNNING:
-                    return
-        finally:
-            self.store.unsubscribe(service.CANCEL_CHANNEL, subscription)
+        cancels = self._cancels
+        assert cancels is not None  # subscribed for as long as run() works
+        while not self._stop.is_set():
+            await cancels.wait(CANCEL_CHECK_S)
+            if self._stop.is_set():
+                return
+            try:
+                async with self.store.read() as conn:
+                    current = await run_queries.get(conn, id=run.id)
+            except Exception as exc:
+                logger.warning(
+                    "cannot read the state of Run %s: %s", run.id, type(exc).__name__,
+                    extra={"action": "cancel_check_error", "run": run.id},
+                )
+                continue
+            if current is None or current.state != run_queries.RUNNING:
+                return
 
     async def _call_runtime(self, run: Run) -> str | None:
         try:
