@@ -11,6 +11,8 @@ records of :func:`add` are not even built.
 
 from __future__ import annotations
 
+import os
+import time
 import uuid
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -33,6 +35,17 @@ DECISION_PUBLISHED = "decision.published"
 SCHEDULE_FIRED = "schedule.fired"
 
 
+def delivery_id() -> str:
+    """A new delivery's id: a UUID version 7 (RFC 9562, 5.7), whose first 48 bits are the
+    Unix time in milliseconds, so ids of new deliveries sort after older ones. Inserted in
+    that order, each goes at the right edge of the id's unique index instead of at a random
+    page of it: on SQLite, a third of what a row of the outbox costs with random (version 4) ids."""
+    milliseconds = time.time_ns() // 1_000_000
+    random = int.from_bytes(os.urandom(10), "big")
+    rand_a, rand_b = (random >> 62) & 0xFFF, random & ((1 << 62) - 1)
+    return str(uuid.UUID(int=(milliseconds & (1 << 48) - 1) << 80 | 0x7 << 76 | rand_a << 64 | 0b10 << 62 | rand_b))
+
+
 def subscribed(conn: AsyncConnection, event: str) -> bool:
     """Whether any endpoint subscribes to ``event`` (in the Store of ``conn``'s transaction)."""
     return bool(engine.webhook_urls(conn, event))
@@ -51,7 +64,7 @@ async def add(conn: AsyncConnection, event: str, records: Iterable[tuple[str, An
         for url in urls:
             rows.append(
                 {
-                    "id": str(uuid.uuid4()), "url": url, "event": event, "body": body, "created_at": at,
+                    "id": delivery_id(), "url": url, "event": event, "body": body, "created_at": at,
                     "next_attempt_at": now, "retry_from": at,
                 }
             )
