@@ -522,7 +522,7 @@ _KEYS = (
              '`message.inbound`, `decision.published`, `schedule.fired`), `secret_file` or `secret_env` (where '
              'the Standard Webhooks secret, `whsec_` and base64, is read; never the secret itself) and '
              '`allow_private` (default `false`: loopback, link-local and private addresses are refused); '
-             'see [Webhooks](webhooks.md)'),
+             'see the Webhooks page of the operator guide'),
     _Key(("webhook_delivery", "retry_for"), "webhook_retry_for", _min_age,
          default='`1d`',
          doc='an age (at least `1m`): a delivery that has failed is retried, with exponential backoff, until '
