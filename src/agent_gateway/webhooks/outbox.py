@@ -70,8 +70,7 @@ async def add(conn: AsyncConnection, event: str, records: Iterable[tuple[str, An
                 }
             )
     if rows:
-        await queries.insert(conn, rows)
-        engine.notify(conn, CHANNEL)
+        await queries.insert(conn, rows, channel=CHANNEL)
 
 
 async def runs_ended(conn: AsyncConnection, run_ids: Sequence[str]) -> None:
