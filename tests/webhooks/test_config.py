@@ -156,3 +156,15 @@ def test_the_documented_secret_command_makes_a_usable_secret(tmp_path: Path) -> 
     (tmp_path / "secret").write_text(made)
     settings = load(tmp_path, '[[webhooks]]\nurl = "https://example.com/"\nevents = ["run.ended"]\nsecret_file = "secret"\n')
     assert settings.webhooks[0].secret == made.strip()
+
+
+def test_the_documented_environment_list_loads(tmp_path: Path) -> None:
+    """The ``AGENT_GATEWAY_WEBHOOKS=...`` line of docs/operate/webhooks.md, as a shell would pass it."""
+    page = (Path(__file__).resolve().parents[2] / "docs" / "operate" / "webhooks.md").read_text()
+    [line] = [line for line in page.splitlines() if line.startswith("AGENT_GATEWAY_WEBHOOKS=")]
+    value = subprocess.run(
+        ["sh", "-c", f'{line}; printf %s "$AGENT_GATEWAY_WEBHOOKS"'], capture_output=True, text=True, timeout=60, check=True
+    ).stdout
+    settings = load(tmp_path, "", {"AGENT_GATEWAY_WEBHOOKS": value, "ALERTS_WEBHOOK_SECRET": SECRET})
+    [alerts] = settings.webhooks
+    assert (alerts.url, alerts.events, alerts.secret) == ("https://alerts.example.com/agent-gateway", {"run.ended"}, SECRET)

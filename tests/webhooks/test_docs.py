@@ -45,13 +45,14 @@ async def test_the_receiver_example_verifies_a_delivery(settings: config.Setting
     try:
         decision = await gateway.publisher.publish("read by the example")
         deadline = time.monotonic() + WAIT_S
-        while "decision.published" not in output.read_text() and time.monotonic() < deadline:
+        refused = '"POST /hooks?other HTTP/1.1" 401'
+        while not ("decision.published" in output.read_text() and refused in log.read_text()):
+            assert time.monotonic() < deadline, (output.read_text(), log.read_text())
             assert process.poll() is None, log.read_text()
             await asyncio.sleep(0.1)
         lines = output.read_text().splitlines()
         assert [line.split(" ", 1)[0] for line in lines] == ["decision.published"]  # the forged one refused
         assert '"statement": "read by the example"' in lines[0] and str(decision.seq) in lines[0]
-        assert '"POST /hooks?other HTTP/1.1" 401' in log.read_text()
     finally:
         await gateway.stop()
         served.stop_process(process)  # type: ignore[arg-type]

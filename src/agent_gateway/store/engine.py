@@ -105,6 +105,18 @@ def notify(conn: AsyncConnection, channel: str) -> None:
         on_commit(conn, lambda: store.publish(channel))
 
 
+def notify_in_statement(conn: AsyncConnection, channel: str) -> str | None:
+    """:func:`notify` for a PostgreSQL writer that sends the NOTIFY itself, inside one of its
+    own statements (``pg_notify(<notifications.PG_CHANNEL>, <this payload>)``), to spare the
+    commit a statement: this process's subscribers are woken once ``conn`` commits, and the
+    payload wakes the other processes'. None outside a Store's transaction (no wake-up)."""
+    store = conn.info.get(_STORE)
+    if store is None:
+        return None
+    on_commit(conn, lambda: store.notifier.publish(channel))
+    return notifications.pg_payload(store.origin, channel)
+
+
 def webhook_urls(conn: AsyncConnection, event: str) -> tuple[str, ...]:
     """The webhook endpoints subscribed to ``event`` in the :class:`Store` whose transaction
     ``conn`` is in (see ``webhooks.outbox``); none outside a Store's transaction."""

@@ -17,7 +17,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from agent_gateway.store import direct
+from agent_gateway.store import direct, engine, notifications
 from agent_gateway.store.tables import webhook_deliveries as deliveries
 
 PENDING, FAILED, DELIVERED, DEAD = "pending", "failed", "delivered", "dead"
@@ -89,10 +89,33 @@ _INSERT = direct.Query(
 )
 
 
-async def insert(conn: AsyncConnection, rows: Sequence[Mapping[str, Any]]) -> None:
+# Each column's array parameter.
+_ARRAYS = {
+    "id": "ids", "url": "urls", "event": "events", "body": "bodies", "created_at": "created_ats",
+    "next_attempt_at": "next_attempt_ats", "retry_from": "retry_froms",
+}
+# On PostgreSQL the rows and the deliverers' NOTIFY go in one statement (one round trip).
+_POSTGRES_INSERT = direct.Query(sa.text(
+    "WITH written AS (INSERT INTO webhook_deliveries "
+    "(id, url, event, body, created_at, state, attempts, next_attempt_at, retry_from) "
+    f"SELECT d.id, d.url, d.event, d.body, d.created_at, '{PENDING}', 0, d.next_attempt_at, d.retry_from "
+    "FROM unnest(CAST(:ids AS text[]), CAST(:urls AS text[]), CAST(:events AS text[]), CAST(:bodies AS text[]), "
+    "CAST(:created_ats AS text[]), CAST(:next_attempt_ats AS text[]), CAST(:retry_froms AS text[])) "
+    "AS d(id, url, event, body, created_at, next_attempt_at, retry_from)) "
+    "SELECT pg_notify(:channel, :payload) WHERE CAST(:payload AS text) IS NOT NULL"
+))
+
+
+async def insert(conn: AsyncConnection, rows: Sequence[Mapping[str, Any]], *, channel: str) -> None:
     """Record pending deliveries (``id, url, event, body, created_at, next_attempt_at,
-    retry_from``), in order, in the caller's transaction."""
-    await direct.run_many(conn, _INSERT, rows)
+    retry_from``), in order, in the caller's transaction, and wake ``channel`` once it commits."""
+    if conn.dialect.name != "postgresql":
+        await direct.run_many(conn, _INSERT, rows)
+        engine.notify(conn, channel)
+        return
+    columns = {array: [row[name] for row in rows] for name, array in _ARRAYS.items()}
+    payload = engine.notify_in_statement(conn, channel)
+    await direct.run(conn, _POSTGRES_INSERT, channel=notifications.PG_CHANNEL, payload=payload, **columns)
 
 
 def _claim(dialect: str) -> sa.Update:

@@ -11,7 +11,8 @@ records of :func:`add` are not even built.
 
 from __future__ import annotations
 
-import uuid
+import random
+import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -33,6 +34,19 @@ DECISION_PUBLISHED = "decision.published"
 SCHEDULE_FIRED = "schedule.fired"
 
 
+def delivery_id() -> str:
+    """A new delivery's id: a UUID version 7 (RFC 9562, 5.7), whose first 48 bits are the
+    Unix time in milliseconds, so ids of new deliveries sort after older ones. Inserted in
+    that order, each goes at the right edge of the id's unique index instead of at a random
+    page of it: on SQLite, a third of what a row of the outbox costs with random (version 4) ids."""
+    # Unique, not secret: the random module's bits (reseeded in a forked child) cost no system call.
+    random_bits = random.getrandbits(74)
+    rand_a, rand_b = random_bits >> 62, random_bits & ((1 << 62) - 1)
+    value = (time.time_ns() // 1_000_000) << 80 | 0x7 << 76 | rand_a << 64 | 0b10 << 62 | rand_b
+    text = f"{value:032x}"
+    return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
+
+
 def subscribed(conn: AsyncConnection, event: str) -> bool:
     """Whether any endpoint subscribes to ``event`` (in the Store of ``conn``'s transaction)."""
     return bool(engine.webhook_urls(conn, event))
@@ -51,13 +65,12 @@ async def add(conn: AsyncConnection, event: str, records: Iterable[tuple[str, An
         for url in urls:
             rows.append(
                 {
-                    "id": str(uuid.uuid4()), "url": url, "event": event, "body": body, "created_at": at,
+                    "id": delivery_id(), "url": url, "event": event, "body": body, "created_at": at,
                     "next_attempt_at": now, "retry_from": at,
                 }
             )
     if rows:
-        await queries.insert(conn, rows)
-        engine.notify(conn, CHANNEL)
+        await queries.insert(conn, rows, channel=CHANNEL)
 
 
 async def runs_ended(conn: AsyncConnection, run_ids: Sequence[str]) -> None:
