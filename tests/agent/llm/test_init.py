@@ -21,7 +21,7 @@ def init(directory: Path, *args: str, env: dict[str, str] | None = None):  # typ
 def test_init_writes_the_llm_agent_its_instructions_and_handlers(tmp_path: Path) -> None:
     hosted, local = run_all(
         [
-            (tmp_path / "hosted", "--agent", "llm", "--model", "anthropic:claude-sonnet-4-5"),
+            (tmp_path / "hosted", "--agent", "llm", "--model", "anthropic:claude-sonnet-4-5", "--demo-user"),
             (tmp_path / "local", "--agent", "llm", "--model", "openai:llama3.2",
              "--base-url", "http://localhost:11434/v1"),
         ],
@@ -29,6 +29,7 @@ def test_init_writes_the_llm_agent_its_instructions_and_handlers(tmp_path: Path)
     )
     assert hosted.returncode == 0, hosted.stderr
     assert "$ANTHROPIC_API_KEY" in hosted.stdout and "workspace/instructions.md" in hosted.stdout
+    assert "Demo User" in hosted.stdout
     text = (tmp_path / "hosted" / "gateway.toml").read_text()
     document = tomllib.loads(text)
     assert document["runtime"] == {
