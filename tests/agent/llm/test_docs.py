@@ -46,3 +46,17 @@ def test_every_option_of_the_settings_table_is_the_agents() -> None:
         assert f"(default: {default}" in " ".join(result.stdout.split()) or f"(default: {default}.0" in " ".join(
             result.stdout.split()
         ), option
+
+
+def test_the_benchmark_command_of_the_performance_page_is_there() -> None:
+    """The page's command and its options (the benchmark itself never runs in the tests)."""
+    page = ROOT / "docs" / "performance" / "llm-agent.md"
+    (command,) = re.findall(r"```sh\n(.*?)\n```", page.read_text(), flags=re.DOTALL)
+    program, flag, module, *arguments = command.split()
+    assert (program, flag, module) == ("python", "-m", "bench.llm_agent")
+    result = subprocess.run(
+        [sys.executable, "-m", module, "--help"], cwd=ROOT, capture_output=True, text=True, timeout=600
+    )
+    assert result.returncode == 0, result.stderr
+    for option in arguments[::2]:
+        assert option in result.stdout, option
