@@ -12,7 +12,6 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import httpx
-import pytest
 
 from agent_gateway.mcp import tools
 
@@ -81,7 +80,7 @@ async def test_the_tools_are_listed_with_the_spec_bounds(served_gateway: served.
 
 
 async def test_every_tool_answers_its_route_s_body(
-    served_gateway: served.ServedGateway, transport: str, agent_http: Agent, tmp_path: Any
+    served_gateway: served.ServedGateway, transport: str, agent_http: Agent
 ) -> None:
     user = served_gateway.cli_json("users", "add")
     token = served_gateway.cli_json("tokens", "issue", user["id"])["token"]
