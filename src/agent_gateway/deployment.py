@@ -87,6 +87,13 @@ command = [@PYTHON@, "-m", "agent_gateway.runtimes.echo"]
 mode = "persistent"
 # Its working directory (the Workspace), created when missing.
 workdir = "workspace"
+# Confinement: "auto" runs the agent in a bubblewrap sandbox (its Workspace and the Agent
+# server, nothing else) when bwrap works, and warns otherwise; "bubblewrap" requires it.
+# sandbox = "auto"
+# For an agent that calls an LLM API: the hosts it may reach (through the gateway's proxy)
+# and the variables of the gateway's environment it gets (an API key, say).
+# allow_hosts = ["api.openai.com:443"]
+# env_pass = ["OPENAI_API_KEY"]
 
 # One table per Signal kind: a Jinja2 template over the Signal's payload makes the
 # Prompt; "session" names the Session it continues (omit it for a fresh one per Run).

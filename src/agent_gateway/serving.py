@@ -45,12 +45,13 @@ OPS_MAX_CONNECTIONS = 64
 def run(settings: Settings, roles: frozenset[str], *, force: bool = False) -> None:
     """Serve ``roles`` until SIGINT or SIGTERM (blocking), creating or upgrading the schema
     first (``force``: even in a database that has other tables and no gateway schema)."""
-    # Built first: a setting it cannot use (the signing key, a Handler template) stops
-    # serve before anything is bound or forked.
-    gateway = Gateway(settings, roles)
     migrate.create_sqlite_file(settings.database_url)
     store = Store(settings.database_url)
     with sqlite_lock(store):
+        # Built first once this process may serve: a setting it cannot use (the signing key, a
+        # Handler template, a sandbox that cannot start) stops serve before anything is migrated,
+        # bound or forked.
+        gateway = Gateway(settings, roles)
         found = asyncio.run(_schema(store))
         found.require_migratable(force)
         if not found.is_current:

@@ -4,7 +4,7 @@ Every test starts its processes from one ``agent-gateway init`` folder (one
 signing key, one configuration), each on its own ports, all with the default
 role (both HTTP servers, the Signal Worker and the Scheduler). The agent is
 :data:`RECORDING_AGENT`: it appends ``start``/``end`` lines to a file, so the
-tests see which process ran each Run (its parent) and when.
+tests see which process ran each Run (it is given that process's name) and when.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ prompt = sys.stdin.read()
 
 def note(what):
     with open(record, "a") as file:
-        file.write(f"{{what}} {{run_id}} {{time.time():.6f}} {{os.getpid()}} {{os.getppid()}} {{prompt}}\\n")
+        file.write(f"{{what}} {{run_id}} {{time.time():.6f}} {{os.getpid()}} {{os.environ['SCALEOUT_SERVE']}} {{prompt}}\\n")
 
 note("start")
 if prompt == HANG:
@@ -73,7 +73,7 @@ class Note:
     what: str  # "start" or "end"
     run_id: str
     at: float  # time.time() in the agent
-    pid: int
+    pid: int  # in the agent's own PID namespace, when confined
     ppid: int  # the gateway process that ran the agent: the worker's leader
     prompt: str
 
@@ -83,17 +83,30 @@ class Deployment:
     """The running processes of one deployment, and what its agent recorded."""
 
     processes: list[served.ServedGateway]
+    agent: Path
     record: Path
     database_url: str
 
     def notes(self) -> list[Note]:
+        """What the agent recorded; which process ran it is the SCALEOUT_SERVE it was given
+        (runtime.env_pass: a confined agent cannot see its parent), mapped to that process's pid."""
         if not self.record.exists():
             return []
+        pids = {process.env["SCALEOUT_SERVE"]: process.process.pid for process in self.processes}
         notes = []
         for line in self.record.read_text().splitlines():
-            what, run_id, at, pid, ppid, prompt = line.split(" ", 5)
-            notes.append(Note(what, run_id, float(at), int(pid), int(ppid), prompt))
+            what, run_id, at, pid, serve, prompt = line.split(" ", 5)
+            notes.append(Note(what, run_id, float(at), int(pid), pids[serve], prompt))
         return notes
+
+    def agent_pid(self, run_id: str) -> int:
+        """The pid, as this host sees it, of the live agent program of Run ``run_id``."""
+        wanted = [str(self.agent).encode(), str(self.record).encode(), run_id.encode()]
+        for entry in Path("/proc").iterdir():
+            with contextlib.suppress(OSError):
+                if entry.name.isdigit() and (entry / "cmdline").read_bytes().split(b"\0")[1:4] == wanted:
+                    return int(entry.name)
+        raise AssertionError(f"no agent program of Run {run_id} runs")
 
     async def token(self) -> tuple[str, str]:
         """A new User and a Token of theirs, by the operator-side operations (CLI start-up is slow)."""
@@ -122,6 +135,7 @@ def deployment(directory: Path, database_url: str) -> Iterator[Deployment]:
         "AGENT_GATEWAY_RUNTIME_MODE": "per-run",  # init configures the persistent runtime
         "AGENT_GATEWAY_RUNTIME_COMMAND": json.dumps([sys.executable, str(agent), str(record), "{run_id}"]),
         "AGENT_GATEWAY_RUNTIME_SANDBOX_RW": json.dumps([str(record.parent)]),
+        "AGENT_GATEWAY_RUNTIME_ENV_PASS": '["SCALEOUT_SERVE"]',
         "AGENT_GATEWAY_HANDLERS": json.dumps({"message.received": {"template": "{{ text }}"}}),
     }
 
@@ -135,7 +149,8 @@ def deployment(directory: Path, database_url: str) -> Iterator[Deployment]:
                 "AGENT_GATEWAY_AGENT_LISTEN": f"127.0.0.1:{served.free_port()}",
             }
             try:
-                return served.ServedGateway.spawn(directory, {**common, **ports})
+                tag = {"SCALEOUT_SERVE": ports["AGENT_GATEWAY_PUBLIC_LISTEN"]}
+                return served.ServedGateway.spawn(directory, {**common, **ports, **tag})
             except RuntimeError as exc:
                 if "Address already in use" not in str(exc) or not attempts:
                     raise
@@ -145,7 +160,7 @@ def deployment(directory: Path, database_url: str) -> Iterator[Deployment]:
     started = [future.result() for future in futures if future.exception() is None]
     try:
         assert len(started) == PROCESSES, [str(future.exception()) for future in futures]
-        yield Deployment(started, record, database_url)
+        yield Deployment(started, agent, record, database_url)
     finally:
         for process in started:
             if process.process.poll() is None:
@@ -275,16 +290,17 @@ async def test_worker_failover_when_the_leader_is_killed_mid_run(tmp_path: Path,
 
             await until(hanging)
             [hung] = [note for note in gateway.notes() if note.prompt == HANG]
+            hung_pid = gateway.agent_pid(hung.run_id)
             [leader] = [p for p in processes if p.process.pid == hung.ppid]
             leader.process.send_signal(signal.SIGKILL)
             killed_at = time.time()
             leader.process.wait()
             try:
                 # The killed gateway's agent dies with it: it would run on beside the next leader's Runs.
-                await until(lambda: running_gone(hung.pid))
+                await until(lambda: running_gone(hung_pid))
             finally:
                 with contextlib.suppress(ProcessLookupError):
-                    os.kill(hung.pid, signal.SIGKILL)
+                    os.kill(hung_pid, signal.SIGKILL)
             standbys = [p for p in processes if p is not leader]
 
             async def resumed() -> bool:
