@@ -176,7 +176,7 @@ class LLMAgent:
     def __post_init__(self) -> None:
         providers.parse_model(self.model, self.base_url)  # ValueError: the CLI's one line
         if self.base_url is not None:
-            providers.endpoint("openai", self.base_url)
+            providers.endpoints("openai", self.base_url)
         if self.api_key_env is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", self.api_key_env):
             raise ValueError(f"--api-key-env must be an environment variable's name (got {self.api_key_env!r})")
 
@@ -202,22 +202,19 @@ class LLMAgent:
         return names + ([providers.FUNCTION_MODELS_ENV] if self.provider == providers.FUNCTION else [])
 
     def runtime(self) -> str:
-        endpoint = providers.endpoint(self.provider, self.base_url)
         return LLM_RUNTIME_TEMPLATE.format(
             command=json.dumps(self.command()),
-            confinement=confinement([endpoint] if endpoint else [], self.passed_env()),
+            confinement=confinement(providers.endpoints(self.provider, self.base_url), self.passed_env()),
         )
 
 
 def confinement(allow_hosts: list[str], env_pass: list[str]) -> str:
-    """The runtime settings that let the confined agent reach the model and have its key.
-
-    Commented out until the sandbox's runtime.allow_hosts and runtime.env_pass exist in config.py;
-    today the agent inherits the gateway's environment and network."""
+    """The runtime settings that let the confined agent reach the model and have its key."""
     return (
-        "# For confinement: the hosts the agent may reach, the variables it is given.\n"
-        f"# allow_hosts = {json.dumps(allow_hosts)}\n"
-        f"# env_pass = {json.dumps(env_pass)}\n"
+        "# Confinement: the hosts the agent may reach (the model's), the variables it is given (the\n"
+        "# API key's: its value stays in the environment of serve, never in this file).\n"
+        f"allow_hosts = {json.dumps(allow_hosts)}\n"
+        f"env_pass = {json.dumps(env_pass)}\n"
     )
 
 

@@ -23,7 +23,8 @@ ANSWER_DEADLINE_S = 300
 
 
 def env(database_url: str, extra: dict[str, str] | None = None) -> dict[str, str]:
-    """Free ports, the database, the testing hook, and this checkout's tests importable by the agent."""
+    """Free ports, the database, the testing hook (init passes it to the agent in runtime.env_pass), and
+    this checkout's tests importable by the agent."""
     return {
         "AGENT_GATEWAY_DATABASE_URL": database_url,
         "AGENT_GATEWAY_PUBLIC_LISTEN": f"127.0.0.1:{served.free_port()}",
@@ -32,6 +33,8 @@ def env(database_url: str, extra: dict[str, str] | None = None) -> dict[str, str
         "AGENT_GATEWAY_AUTH_SCRYPT_LOGN": "10",
         "PYTHONPATH": f"{served.SRC}:{ROOT}",
         FUNCTION_MODELS_ENV: "1",
+        # The agent runs confined, as deployed: a missing sandbox fails the test rather than pass unconfined.
+        "AGENT_GATEWAY_RUNTIME_SANDBOX": "bubblewrap",
         **(extra or {}),
     }
 

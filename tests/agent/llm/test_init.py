@@ -21,7 +21,7 @@ def init(directory: Path, *args: str, env: dict[str, str] | None = None):  # typ
 def test_init_writes_the_llm_agent_its_instructions_and_handlers(tmp_path: Path) -> None:
     hosted, local = run_all(
         [
-            (tmp_path / "hosted", "--agent", "llm", "--model", "anthropic:claude-sonnet-4-5"),
+            (tmp_path / "hosted", "--agent", "llm", "--model", "anthropic:claude-sonnet-4-5", "--demo-user"),
             (tmp_path / "local", "--agent", "llm", "--model", "openai:llama3.2",
              "--base-url", "http://localhost:11434/v1"),
         ],
@@ -29,6 +29,7 @@ def test_init_writes_the_llm_agent_its_instructions_and_handlers(tmp_path: Path)
     )
     assert hosted.returncode == 0, hosted.stderr
     assert "$ANTHROPIC_API_KEY" in hosted.stdout and "workspace/instructions.md" in hosted.stdout
+    assert "Demo User" in hosted.stdout
     text = (tmp_path / "hosted" / "gateway.toml").read_text()
     document = tomllib.loads(text)
     assert document["runtime"] == {
@@ -36,9 +37,10 @@ def test_init_writes_the_llm_agent_its_instructions_and_handlers(tmp_path: Path)
                     "--api-key-env", "ANTHROPIC_API_KEY", "--instructions", "instructions.md"],
         "mode": "persistent",
         "workdir": "workspace",
+        # Confinement: the model's host may be reached, the key's variable is passed (never its value).
+        "allow_hosts": ["api.anthropic.com:443"],
+        "env_pass": ["ANTHROPIC_API_KEY"],
     }
-    # Until confinement's settings exist, they are written as comments, ready to take effect.
-    assert '# allow_hosts = ["api.anthropic.com:443"]' in text and '# env_pass = ["ANTHROPIC_API_KEY"]' in text
     handlers = document["handlers"]
     assert handlers["message.received"] == {
         "template": "A message from user {{ userId }}:\n\n{{ text }}", "session": "user_{{ userId }}"
@@ -47,11 +49,14 @@ def test_init_writes_the_llm_agent_its_instructions_and_handlers(tmp_path: Path)
     assert (tmp_path / "hosted" / "workspace" / "instructions.md").read_text().startswith("You are the shared agent")
     settings = config.load(tmp_path / "hosted" / "gateway.toml")  # the gateway takes it as written
     assert settings.runtime_workdir == tmp_path / "hosted" / "workspace"
+    assert settings.runtime_env_pass == ("ANTHROPIC_API_KEY",)
 
     assert local.returncode == 0, local.stderr
     text = (tmp_path / "local" / "gateway.toml").read_text()
     assert '"--base-url", "http://localhost:11434/v1", "--api-key-env", "OPENAI_API_KEY"' in text
-    assert '# allow_hosts = ["localhost:11434"]' in text
+    # The base URL's host, and its address: the egress proxy lets a loopback or private address through
+    # only when it is listed itself.
+    assert tomllib.loads(text)["runtime"]["allow_hosts"][:2] == ["localhost:11434", "127.0.0.1:11434"]
     assert "a local server may need none" in local.stdout
 
 

@@ -60,7 +60,7 @@ def parser() -> argparse.ArgumentParser:
 def main() -> int:
     args = parser().parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    settings = Settings(**{field: value for field, value in vars(args).items()})
+    settings = Settings(**vars(args))
     agent = LLMAgent(settings, os.environ.get(URL_ENV, ""))
     return serve(agent.handle)
 

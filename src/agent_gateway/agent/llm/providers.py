@@ -7,8 +7,10 @@ API (Ollama, vLLM, llama.cpp, and the hosted services that offer it).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
+import socket
 from urllib.parse import urlsplit
 
 
@@ -59,14 +61,17 @@ def key_env(provider: str, api_key_env: str | None) -> str | None:
     return PROVIDERS[provider].key_env
 
 
-def endpoint(provider: str, base_url: str | None) -> str | None:
-    """``host:port`` the agent must reach for the model: the base URL's, else the provider's hosted API."""
-    if base_url is not None:
-        parts = urlsplit(base_url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"--base-url must be an http:// or https:// URL (got {base_url!r})")
-        host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
-        return f"{host}:{parts.port or (443 if parts.scheme == 'https' else 80)}"
-    if provider == FUNCTION:
-        return None
-    return PROVIDERS[provider].endpoint
+def endpoints(provider: str, base_url: str | None) -> list[str]:
+    """``host:port`` entries the agent must reach for the model: the provider's hosted API, or the base
+    URL's host and port, and its addresses too (the egress proxy lets a name that resolves to a
+    loopback or private address through only when the address itself is listed: Ollama on localhost)."""
+    if base_url is None:
+        return [] if provider == FUNCTION else [PROVIDERS[provider].endpoint]
+    parts = urlsplit(base_url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"--base-url must be an http:// or https:// URL (got {base_url!r})")
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    hosts = [parts.hostname]
+    with contextlib.suppress(OSError):  # not resolvable here and now: the name alone
+        hosts += [info[4][0] for info in socket.getaddrinfo(parts.hostname, port, type=socket.SOCK_STREAM)]
+    return [f"[{host}]:{port}" if ":" in host else f"{host}:{port}" for host in dict.fromkeys(hosts)]
