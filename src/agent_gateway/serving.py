@@ -48,12 +48,12 @@ def run(settings: Settings, roles: frozenset[str], *, force: bool = False) -> No
     migrate.create_sqlite_file(settings.database_url)
     store = Store(settings.database_url)
     with sqlite_lock(store):
-        # Built first once this process may serve: a setting it cannot use (the signing key, a
-        # Handler template, a sandbox that cannot start) stops serve before anything is migrated,
-        # bound or forked.
-        gateway = Gateway(settings, roles)
         found = asyncio.run(_schema(store))
         found.require_migratable(force)
+        # Built once this process may serve this database: a setting it cannot use (the signing
+        # key, a Handler template, a sandbox that cannot start) stops serve before anything is
+        # migrated, bound or forked.
+        gateway = Gateway(settings, roles)
         if not found.is_current:
             _migrate_in_child(settings.database_url)
         sockets = _bind(settings) if "api" in roles else {}
