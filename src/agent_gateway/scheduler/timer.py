@@ -9,13 +9,13 @@ Each wake drains: it fires in batches until nothing is due.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from datetime import datetime
 
 from agent_gateway import clock
 from agent_gateway.ops import metrics
 from agent_gateway.scheduler import service
+from agent_gateway.store import woken
 from agent_gateway.store.engine import Store
 
 logger = logging.getLogger(__name__)
@@ -28,38 +28,16 @@ RETRY_AFTER_ERROR_S = 1.0
 # A due Schedule this process could not claim is locked by another firer (or
 # writer); look again shortly rather than spin.
 LOCKED_RETRY_S = 0.01
-STOP_TIMEOUT_S = 10.0
 
 
-class Timer:
+class Timer(woken.WokenLoop):
     """One timer loop; :meth:`start` and :meth:`stop` are called by the gateway."""
 
+    name = "scheduler timer"
+
     def __init__(self, store: Store, *, max_sleep_ms: int) -> None:
-        self.store = store
+        super().__init__(store, service.CHANNEL)
         self.max_sleep_s = max_sleep_ms / 1000
-        self._stopping = False
-        self._task: asyncio.Task[None] | None = None
-        # Subscribed before the first drain, so a write that commits while the
-        # loop is busy still cuts the following sleep short.
-        self._wake = store.subscribe(service.CHANNEL)
-
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="scheduler timer")
-
-    @property
-    def running(self) -> bool:
-        return self._task is not None and not self._task.done()
-
-    async def stop(self) -> None:
-        """Let a fire in progress commit, then end the loop."""
-        self._stopping = True
-        self._wake.wake()
-        if self._task is not None:
-            try:
-                await asyncio.wait_for(self._task, STOP_TIMEOUT_S)
-            except asyncio.TimeoutError:
-                logger.warning("scheduler timer did not stop in %ss; cancelled", STOP_TIMEOUT_S)
-        self.store.unsubscribe(service.CHANNEL, self._wake)
 
     async def _run(self) -> None:
         expect_due = False

@@ -43,6 +43,7 @@ from agent_gateway import clock
 from agent_gateway.config import Settings, WebhookEndpoint
 from agent_gateway.ops import metrics
 from agent_gateway.store import webhooks as queries
+from agent_gateway.store import woken
 from agent_gateway.store.engine import Store
 from agent_gateway.webhooks import outbox, signing
 from agent_gateway.webhooks.sender import Sender
@@ -54,7 +55,6 @@ CLAIM_BATCH = 32
 # The longest sleep without looking: the fallback for a wake-up that never came.
 POLL_S = 5.0
 RETRY_AFTER_ERROR_S = 1.0
-STOP_TIMEOUT_S = 10.0
 BACKOFF_FACTOR = 3
 MAX_RETRY_WAIT_S = 6 * 3600.0
 # How long past its timeout an attempt's claim holds: a sender that died mid-attempt leaves the
@@ -84,36 +84,21 @@ class Policy:
         return cls(settings.webhook_retry_for, settings.webhook_first_retry_ms / 1000, settings.webhook_timeout_ms / 1000)
 
 
-class Deliverer:
+class Deliverer(woken.WokenLoop):
     """One process's deliverer loop; :meth:`start` and :meth:`stop` are called by the gateway."""
 
+    name = "webhook deliverer"
+
     def __init__(self, store: Store, endpoints: Sequence[WebhookEndpoint], policy: Policy) -> None:
-        self.store = store
+        super().__init__(store, outbox.CHANNEL)
         self.endpoints = {endpoint.url: endpoint for endpoint in endpoints}
         self.policy = policy
         self._sender = Sender(policy.timeout_s)
-        self._stopping = False
-        self._task: asyncio.Task[None] | None = None
-        # Subscribed before the first drain, so a delivery written meanwhile cuts the sleep short.
-        self._wake = store.subscribe(outbox.CHANNEL)
-
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="webhook deliverer")
-
-    @property
-    def running(self) -> bool:
-        return self._task is not None and not self._task.done()
 
     async def stop(self) -> None:
-        """Let the attempts in progress end (up to a while), then end the loop."""
-        self._stopping = True
-        self._wake.wake()
-        if self._task is not None:
-            try:
-                await asyncio.wait_for(self._task, STOP_TIMEOUT_S)
-            except asyncio.TimeoutError:  # their deliveries are sent again once their lease ends
-                logger.warning("webhook deliverer did not stop in %ss; cancelled", STOP_TIMEOUT_S)
-        self.store.unsubscribe(outbox.CHANNEL, self._wake)
+        """Let the attempts in progress end (up to a while; their deliveries are sent again
+        once their lease ends), then end the loop."""
+        await super().stop()
         await self._sender.close()
 
     async def _run(self) -> None:

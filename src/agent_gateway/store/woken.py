@@ -1,0 +1,51 @@
+"""A long-running loop woken through the store's notifications: the Scheduler's timer, the webhook deliverer.
+
+Each subscribes to its channel before its first pass, so that a write committed
+while the loop is busy still cuts its next sleep short; :meth:`WokenLoop.stop`
+lets the pass in progress commit (up to a while), then ends the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from agent_gateway.store.engine import Store
+
+logger = logging.getLogger(__name__)
+
+STOP_TIMEOUT_S = 10.0
+
+
+class WokenLoop:
+    """A loop task; :meth:`start` and :meth:`stop` are called by the gateway, :meth:`_run` is the loop."""
+
+    name = "loop"
+
+    def __init__(self, store: Store, channel: str) -> None:
+        self.store = store
+        self._channel = channel
+        self._stopping = False
+        self._task: asyncio.Task[None] | None = None
+        self._wake = store.subscribe(channel)
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name=self.name)
+
+    @property
+    def running(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    async def stop(self) -> None:
+        """Let the pass in progress commit, then end the loop (cancelled after ``STOP_TIMEOUT_S``)."""
+        self._stopping = True
+        self._wake.wake()
+        if self._task is not None:
+            try:
+                await asyncio.wait_for(self._task, STOP_TIMEOUT_S)
+            except asyncio.TimeoutError:
+                logger.warning("%s did not stop in %ss; cancelled", self.name, STOP_TIMEOUT_S)
+        self.store.unsubscribe(self._channel, self._wake)
+
+    async def _run(self) -> None:
+        raise NotImplementedError
