@@ -24,7 +24,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import uvloop
@@ -98,6 +97,7 @@ async def cancel_to_next(url: str, workdir: Path, mode: str, samples: int) -> li
             await _wait(moved_on)
             [next_run] = await _runs(gateway.store, following)
             delays.append((clock.parse_instant(next_run.started_at) - committed).total_seconds() * 1000)
+
             async def ended() -> bool:
                 return all(run.state == "done" for run in await _runs(gateway.store, following))
 
