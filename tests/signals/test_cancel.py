@@ -52,7 +52,23 @@ def per_run(agent_program: AgentProgram) -> dict[str, str]:
             [sys.executable, str(AGENT_PROGRAM), str(agent_program.record), "prompt", "{run_id}"]
         ),
         "AGENT_GATEWAY_HANDLERS": json.dumps(HANDLERS),
+        **agent_program.sandbox_env(),
     }
+
+
+def host_pid(record: Path, pid: int) -> int:
+    """``pid``, recorded by a live program whose command line names ``record``, as this host
+    sees it: a confined program knows only its own PID namespace's numbers."""
+    for entry in Path("/proc").iterdir():
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+            status = (entry / "status").read_text()
+        except OSError:
+            continue
+        nspid = next((line.split()[1:] for line in status.splitlines() if line.startswith("NSpid:")), [])
+        if str(record).encode() in argv and nspid and int(nspid[-1]) == pid:
+            return int(entry.name)
+    raise AssertionError(f"no live program of {record} has the pid {pid}")
 
 
 async def running_run_of(store: Store, signal_id: str) -> Any:
@@ -111,6 +127,8 @@ async def test_a_hanging_per_run_program_is_cancelled_and_the_queue_moves_on(
         with served.ServedGateway.start(tmp_path / "deployment", database_url, per_run(agent_program)) as gateway:
             run = await running_run_of(store, stuck)
             await agent_program.wait_started()
+            # The program's pid as this host sees it (a confined one knows its own namespace's).
+            stuck_pid = host_pid(agent_program.record, agent_program.calls()[0]["pid"])
             assert metric(gateway, "run") == metric(gateway, "signal") == 0
 
             # A pending Signal: failed without being run.
@@ -124,7 +142,7 @@ async def test_a_hanging_per_run_program_is_cancelled_and_the_queue_moves_on(
             assert printed["endedAt"] is not None
 
             assert (await finished(store, later)).state == "done"
-            await gone(agent_program.calls()[0]["pid"])
+            await gone(stuck_pid)
             await until(lambda: metric(gateway, "run") == 1)  # the gauge is cached for a few seconds
             assert metric(gateway, "signal") == 1
             # Cancelling it again: it has ended; nothing changes.
@@ -160,6 +178,8 @@ async def test_a_hanging_persistent_program_is_stopped_and_a_fresh_one_runs_the_
         "AGENT_GATEWAY_RUNTIME_MODE": "persistent",
         "AGENT_GATEWAY_RUNTIME_COMMAND": json.dumps(agent.argv()),
         "AGENT_GATEWAY_HANDLERS": json.dumps(HANDLERS),
+        # The folder its record goes to, writable when it runs confined.
+        "AGENT_GATEWAY_RUNTIME_SANDBOX_RW": json.dumps([str(agent.record.parent)]),
     }
     store = Store(database_url)
     try:
@@ -168,9 +188,12 @@ async def test_a_hanging_persistent_program_is_stopped_and_a_fresh_one_runs_the_
         with served.ServedGateway.start(tmp_path / "deployment", database_url, env) as gateway:
             run = await running_run_of(store, stuck)
             await until(lambda: len(agent.calls()) == 1)
+            stuck_pid = host_pid(agent.record, agent.calls()[0]["pid"])
             cancelled(gateway, "runs", run.id)
             assert (await finished(store, later)).state == "done"
-            await gone(agent.pids()[0])
+            await gone(stuck_pid)
+            await until(lambda: len(agent.calls()) == 2)
+            fresh_pid = host_pid(agent.record, agent.calls()[1]["pid"])
             await until(lambda: metric(gateway, "run") == 1)
         stuck_signal = await signal_of(store, stuck)
         [stuck_run] = await runs_of(store, stuck)
@@ -181,8 +204,7 @@ async def test_a_hanging_persistent_program_is_stopped_and_a_fresh_one_runs_the_
     assert stuck_signal.state == "failed" and "cancelled by the operator" in (stuck_signal.error or "")
     # The cancelled Run was handed out once; the next went to a program started afresh.
     assert [call["run"]["id"] for call in agent.calls()] == [run.id, later_run.id]
-    first, second = agent.pids()
-    assert first != second
+    assert fresh_pid != stuck_pid
 
 
 @pytest.mark.e2e
