@@ -50,14 +50,15 @@ def run(settings: Settings, roles: frozenset[str], *, force: bool = False) -> No
     with sqlite_lock(store):
         found = asyncio.run(_schema(store))
         found.require_migratable(force)
-        # Built once this process may serve this database: a setting it cannot use (the signing
-        # key, a Handler template, a sandbox that cannot start) stops serve before anything is
-        # migrated, bound or forked.
+        # An address that is taken is the one line a second gateway on this host gets.
+        sockets = _bind(settings) if "api" in roles else {}
+        ops_socket = _listen(settings.ops_listen, "ops_listen") if settings.ops_listen is not None else None
+        # Built once this process may serve this database on these addresses: a setting it
+        # cannot use (the signing key, a Handler template, a sandbox that cannot start) stops
+        # serve before anything is migrated or forked.
         gateway = Gateway(settings, roles)
         if not found.is_current:
             _migrate_in_child(settings.database_url)
-        sockets = _bind(settings) if "api" in roles else {}
-        ops_socket = _listen(settings.ops_listen, "ops_listen") if settings.ops_listen is not None else None
         caps = _connection_budget(settings) if sockets else None
         forks = settings.http_workers - 1 if caps else 0
         with _shared_metrics(forks > 0 and ops_socket is not None):

@@ -102,14 +102,14 @@ async def test_ending_a_run_and_its_signal_claims_the_next_and_stays_one_way(sto
         await run_queries.record(conn, signal_id=first, prompts=[(run_id, "s", "p")], first_started_at="2026-01-01T00:00:00.000Z")
         claimed = await signal_queries.end_and_claim(
             conn, run_id=run_id, run_error="why", ended_at="2026-01-01T00:00:01.000Z", signal_id=first,
-            signal_error="because",
+            signal_error="because", signal_error_if_cancelled="cancelled",
         )
     assert claimed is not None and (claimed.id, claimed.payload, claimed.state) == (second, {"n": 2}, "processing")
     # Again, from the states it left: nothing changes, and nothing is pending to claim.
     async with store.transaction() as conn:
         assert await signal_queries.end_and_claim(
             conn, run_id=run_id, run_error=None, ended_at="2026-01-01T00:00:02.000Z", signal_id=first,
-            signal_error=None,
+            signal_error=None, signal_error_if_cancelled="cancelled",
         ) is None
     async with store.read() as conn:
         signals = [await service.get_signal(conn, id) for id in (first, second)]
