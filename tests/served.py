@@ -91,15 +91,23 @@ class ServedGateway:
     ) -> Iterator[ServedGateway]:
         result = run_cli("init", str(directory), config=directory / "gateway.toml", src=src)
         assert result.returncode == 0, result.stderr
-        extra = {
-            "AGENT_GATEWAY_DATABASE_URL": database_url,
-            "AGENT_GATEWAY_PUBLIC_LISTEN": f"127.0.0.1:{free_port()}",
-            "AGENT_GATEWAY_AGENT_LISTEN": f"127.0.0.1:{free_port()}",
-            "AGENT_GATEWAY_OPS_LISTEN": f"127.0.0.1:{free_port()}",
-            "AGENT_GATEWAY_AUTH_SCRYPT_LOGN": "10",
-            **(env or {}),
-        }
-        gateway = cls.spawn(directory, extra, descriptors=descriptors, src=src)
+        # A free port can be taken by another test between its pick and serve's bind:
+        # then serve says so in one line, and it is started again on other free ports.
+        for attempt in range(3):
+            extra = {
+                "AGENT_GATEWAY_DATABASE_URL": database_url,
+                "AGENT_GATEWAY_PUBLIC_LISTEN": f"127.0.0.1:{free_port()}",
+                "AGENT_GATEWAY_AGENT_LISTEN": f"127.0.0.1:{free_port()}",
+                "AGENT_GATEWAY_OPS_LISTEN": f"127.0.0.1:{free_port()}",
+                "AGENT_GATEWAY_AUTH_SCRYPT_LOGN": "10",
+                **(env or {}),
+            }
+            try:
+                gateway = cls.spawn(directory, extra, descriptors=descriptors, src=src)
+                break
+            except RuntimeError as exc:
+                if attempt == 2 or "Address already in use" not in str(exc):
+                    raise
         try:
             yield gateway
         finally:
