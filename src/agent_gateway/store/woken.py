@@ -7,6 +7,7 @@ lets the pass in progress commit (up to a while), then ends the loop.
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import logging
 
@@ -17,7 +18,7 @@ logger = logging.getLogger(__name__)
 STOP_TIMEOUT_S = 10.0
 
 
-class WokenLoop:
+class WokenLoop(abc.ABC):
     """A loop task; :meth:`start` and :meth:`stop` are called by the gateway, :meth:`_run` is the loop."""
 
     name = "loop"
@@ -47,5 +48,6 @@ class WokenLoop:
                 logger.warning("%s did not stop in %ss; cancelled", self.name, STOP_TIMEOUT_S)
         self.store.unsubscribe(self._channel, self._wake)
 
+    @abc.abstractmethod
     async def _run(self) -> None:
-        raise NotImplementedError
+        """The loop itself, until ``_stopping``."""
