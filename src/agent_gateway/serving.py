@@ -31,7 +31,7 @@ from agent_gateway import config, errors
 from agent_gateway.config import Address, Settings
 from agent_gateway.gateway import Gateway
 from agent_gateway.http import connections
-from agent_gateway.ops import metrics
+from agent_gateway.ops import logs, metrics
 from agent_gateway.store import migrate
 from agent_gateway.store.engine import Store
 
@@ -104,6 +104,7 @@ def _migrate_in_child(url: str) -> None:
         except Exception as exc:
             print(f"agent-gateway: migrating the database failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         finally:
+            logs.flush()
             os._exit(status)
     _, status = os.waitpid(pid, 0)
     if os.waitstatus_to_exitcode(status) != 0:
@@ -157,6 +158,7 @@ def _fork_http_worker(settings: Settings, sockets: dict[str, socket.socket], cap
         logger.exception("HTTP worker %d failed", os.getpid())
         code = 1
     finally:
+        logs.flush()
         os._exit(code)
 
 
