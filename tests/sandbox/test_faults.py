@@ -17,7 +17,7 @@ from agent_gateway import config
 from agent_gateway.runtimes.command import CommandRuntime
 from agent_gateway.runtimes.failure import RunFailed
 from agent_gateway.runtimes.persistent import PersistentRuntime
-from agent_gateway.sandbox import choose
+from agent_gateway.sandbox import cgroups, choose
 from agent_gateway.sandbox.bubblewrap import Sandbox
 from agent_gateway.store.runs import Run
 
@@ -94,6 +94,42 @@ async def test_a_program_that_cannot_be_started_says_why(sandbox: Sandbox | None
         with pytest.raises(RunFailed) as failed:
             await runtime(argv, sandbox, tmp_path).run(a_run())
         assert failed.value.message.startswith(f"the agent program could not be started: {reason}")
+
+
+async def test_a_cgroup_that_cannot_be_joined_fails_the_run_and_never_stops_the_agent_starting_again(
+    bwrap: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    (tmp_path / "agent-files").mkdir()
+    settings = config.Settings(
+        token_ttl_ms=1, runtime_sandbox="bubblewrap", runtime_workdir=tmp_path / "workspace",
+        runtime_sandbox_rw=(tmp_path / "agent-files",),
+    )
+    confinement = choose.choose(settings, config.Address("127.0.0.1", 9999))
+    assert confinement is not None
+    agent = Agent(tmp_path)
+    persistent = PersistentRuntime(
+        (sys.executable, str(AGENT), str(agent.record)), agent_server_url=URL, workdir=tmp_path / "workspace",
+        sandbox=confinement,
+    )
+    try:
+        await confinement.prepare()
+        # The agent's cgroup gone from under the gateway: joining it fails in the child, before exec.
+        confinement._group = cgroups.Group({"pids": tmp_path / "removed-cgroup"})
+        with pytest.raises(RunFailed) as failed:
+            await runtime(("/usr/bin/true",), confinement, tmp_path).run(a_run())
+        assert failed.value.message == (
+            "the agent program could not be started: setting up its process failed "
+            "(joining the agent's cgroup, or asking to die with the gateway)"
+        )
+        await persistent.start()  # what the Signal Worker calls as it starts leading: it must return
+        assert "not started ahead of the first Run: the agent program could not be started" in caplog.text
+        with pytest.raises(RunFailed):
+            await persistent.run(a_run("r-2"))
+        confinement._group = None  # a cgroup that can be joined again: the next Run starts the program
+        await persistent.run(Run("r-3", "s-3", None, "ok", "running", None, "x", None))
+        assert len(agent.calls()) == 1
+    finally:
+        await persistent.close()
 
 
 async def test_a_hanging_program_stopped_gets_sigterm_and_its_grace(sandbox: Sandbox | None, tmp_path: Path) -> None:

@@ -106,6 +106,17 @@ async def test_a_runtime_that_raises_fails_the_run_with_the_exception_named(make
     assert signal.state == "failed"
 
 
+async def test_a_runtime_whose_start_raises_never_stops_the_worker(make_gateway: GatewayFactory) -> None:
+    class Unstartable(Recording):
+        async def start(self) -> None:  # what the worker calls as it starts leading
+            raise KeyError("a bug in starting the agent")
+
+    runtime = Unstartable()
+    gateway = await make_gateway(runtime, register={"k": TemplateHandler("k", "hi")})
+    signal = await finished(gateway.store, await emit(gateway.store, "k", {}))
+    assert signal.state == "done" and len(runtime.runs) == 1
+
+
 async def test_a_fresh_session_is_named_after_the_run(make_gateway: GatewayFactory) -> None:
     class Fresh:
         def handle(self, signal: Signal) -> list[Prompt]:

@@ -68,7 +68,7 @@ class PersistentRuntime:
                 await self._started()
             except RunFailed as failed:
                 logger.warning(
-                    "the agent program could not be started: %s (program %s)", processes.first_line(failed),
+                    "the agent program was not started ahead of the first Run: %s (program %s)", processes.first_line(failed),
                     self.argv[0], extra={"action": "agent_start_failed"},
                 )
 

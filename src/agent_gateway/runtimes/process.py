@@ -17,6 +17,7 @@ import ctypes
 import logging
 import os
 import signal
+import subprocess
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
@@ -96,6 +97,11 @@ async def spawn(
         return await asyncio.shield(spawning)
     except (OSError, ValueError) as exc:
         raise RunFailed(f"the agent program could not be started: {exc}") from None
+    except subprocess.SubprocessError:  # _die_with failed in the child, before exec
+        raise RunFailed(
+            "the agent program could not be started: setting up its process failed "
+            "(joining the agent's cgroup, or asking to die with the gateway)"
+        ) from None
     except asyncio.CancelledError:
         with contextlib.suppress(OSError, ValueError):
             await asyncio.shield(terminate(await spawning))

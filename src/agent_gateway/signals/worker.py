@@ -91,7 +91,13 @@ class Worker:
             # A long-lived agent (the persistent runtime) starts with the leadership and stops with it.
             start = getattr(self.runtime, "start", None)
             if start is not None:
-                await start()
+                try:
+                    await start()
+                except Exception as exc:  # never the queue's end: each Run starts the agent, or fails saying why
+                    logger.error(
+                        "Signal Worker: the agent program could not be started ahead of the first Run: %s",
+                        type(exc).__name__, extra={"action": "agent_start_failed"},
+                    )
             while not self._stop.is_set():
                 try:
                     if not recovered:
