@@ -6,8 +6,8 @@ structured fields the call passed with ``extra=`` (``action``, ``run``,
 a secret, a Token or a Statement, in either format.
 
 Some routes log a line per request (``POST /sign`` must, by the spec): the
-lines are cheap to make (no thread, process or task names looked up; a text
-line's date formatted once per second) and the lines of one turn of the event
+lines are cheap to make (neither the caller's line nor the thread or process
+names looked up; a text line's date formatted once per second) and the lines of one turn of the event
 loop reach stderr in one write (:class:`TurnHandler`).
 """
 
