@@ -40,6 +40,27 @@ async def test_notify_wakes_only_after_commit_in_this_process(store: Store) -> N
     assert not await subscription.wait(0.1), "a rolled-back transaction woke a waiter"
 
 
+async def test_the_listening_process_is_not_woken_again_by_its_own_commit(database_url: str) -> None:
+    """Its subscribers are woken at commit; its own NOTIFY (or datagram) must not wake them again."""
+    store = Store(database_url)
+    published: list[str] = []
+    publish = store.notifier.publish
+    store.notifier.publish = lambda channel: (published.append(channel), publish(channel))  # type: ignore[method-assign]
+    try:
+        subscription = store.subscribe("signals")
+        store.listen()
+        if store.dialect == "postgresql":
+            assert await subscription.wait(120), "the listener wakes every channel once when it connects"
+        published.clear()
+        async with store.transaction() as conn:
+            engine.notify(conn, "signals")
+        assert await subscription.wait(5)
+        await asyncio.sleep(0.5)  # a notification of its own would have come back by now
+        assert published == ["signals"]
+    finally:
+        await store.close()
+
+
 # Leadership is PostgreSQL's; a SQLite deployment has one process running the loops.
 postgresql_only = pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
 

@@ -16,7 +16,7 @@ most one sweep.
 On SQLite the processes of one deployment (``serve``'s HTTP workers, and CLI
 commands run beside it) send the channel name as a datagram to an abstract
 Unix socket named after the database file, where the process running the
-loops listens.
+loops listens; that process sends none (its subscribers were woken at commit).
 """
 
 from __future__ import annotations
@@ -187,17 +187,18 @@ class SqliteListener:
         self.notifier = notifier
         self._socket: socket.socket | None = None
 
-    def start(self) -> None:
+    def start(self) -> bool:
+        """Listen; False when another process of this deployment already does (only one runs the loops)."""
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         try:
             sock.bind(self.address)
         except OSError:
-            # Another process of this deployment already listens (only one runs the loops).
             sock.close()
-            return
+            return False
         sock.setblocking(False)
         asyncio.get_running_loop().add_reader(sock.fileno(), self._receive)
         self._socket = sock
+        return True
 
     def _receive(self) -> None:
         assert self._socket is not None
