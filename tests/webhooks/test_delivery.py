@@ -7,13 +7,16 @@ import dataclasses
 import datetime
 
 import pytest
+import sqlalchemy as sa
 
 from agent_gateway import clock, config
 from agent_gateway.gateway import Gateway
 from agent_gateway.scheduler import service as scheduler
 from agent_gateway.signals import service as signals
+from agent_gateway.store import tables
 from agent_gateway.store import webhooks as deliveries
 from agent_gateway.users import service as users
+from agent_gateway.webhooks import outbox
 from tests.webhooks.conftest import endpoint, with_endpoints
 from tests.webhooks.receiver import Receiver
 
@@ -89,6 +92,32 @@ async def test_a_failing_receiver_gets_the_same_delivery_once_it_answers(hooked:
     assert accepted.payload["data"] == decision.to_json()
     [delivery] = await until(lambda: stored(hooked, "delivered"))
     assert (delivery.id, delivery.attempts, delivery.last_error) == (accepted.id, 4, None)
+
+
+async def test_a_decision_delivery_holds_its_number_and_sends_the_decision(hooked: Gateway, receiver: Receiver) -> None:
+    receiver.fail_first = 1
+    decisions = [await hooked.publisher.publish(text) for text in ("first", "ünïcode \u2028 \"quoted\"")]
+    async with hooked.store.read() as conn:
+        rows = (await conn.execute(sa.select(tables.webhook_deliveries.c.body, tables.webhook_deliveries.c.decision_seq))).all()
+    assert sorted(rows) == [(None, decisions[0].seq), (None, decisions[1].seq)]  # no copy of the Decision
+    got = await asyncio.to_thread(receiver.wait_for, 2)
+    for decision in decisions:
+        [accepted] = [r for r in got if r.payload["data"]["seq"] == decision.seq]
+        # The bytes the event-time copy would have been, on the failed attempt and the accepted one.
+        expected = outbox.body("decision.published", decision.created_at, decision.to_json()).encode()
+        assert {r.body for r in receiver.received if r.id == accepted.id} == {expected}
+    assert [r.status for r in receiver.received].count(500) == 1
+
+
+async def test_a_delivery_whose_decision_is_missing_fails_saying_so(hooked: Gateway, receiver: Receiver) -> None:
+    """Cannot happen (a Decision is never removed); if it did, the attempt fails instead of sending."""
+    async with hooked.store.transaction() as conn:
+        now = clock.now_iso()
+        row = (outbox.delivery_id(), receiver.url, "decision.published", None, 999, now, now, now)
+        await deliveries.insert(conn, [row], channel=outbox.CHANNEL)
+    [failed] = await until(lambda: stored(hooked, "failed"))
+    assert failed.last_error == "Decision 999 is not in the log"
+    assert receiver.received == []
 
 
 async def test_retries_end_dead(settings: config.Settings, receiver: Receiver) -> None:

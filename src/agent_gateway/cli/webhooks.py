@@ -60,14 +60,13 @@ def retry(
 
     async def work(store: Store) -> dict:
         async with store.transaction() as conn:
-            if not await queries.retry(conn, id=checked, now=clock.now_iso()):
+            retried = await queries.retry(conn, id=checked, now=clock.now_iso())
+            if retried is None:
                 found = await queries.get(conn, id=checked)
                 if found is None:
                     raise errors.NotFound(f"no webhook delivery has the id {checked}")
                 raise NotRetriable(f"delivery {checked} is {found.state}; only a failed or dead delivery can be retried")
             notify(conn, outbox.CHANNEL)
-            retried = await queries.get(conn, id=checked)
-        assert retried is not None
         return retried.to_json()
 
     print_json(with_store(config_path, work))

@@ -62,7 +62,7 @@ async def publish_many(conn: AsyncConnection, identity: SigningIdentity, stateme
     # The Merkle tree grows in the same transaction, leaves in seq order (see store.tree).
     growth = await tree.growth(conn, numbers, [decision.jws.encode() for decision in published])
     await queries.insert(conn, published, growth)
-    await outbox.add(conn, outbox.DECISION_PUBLISHED, ((d.created_at, d.to_json()) for d in published))
+    await outbox.decisions_published(conn, published)
     return published
 
 

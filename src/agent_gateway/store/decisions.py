@@ -121,6 +121,13 @@ async def get(store: Store, *, seq: int) -> Decision | None:
     return _decision(rows[0]) if rows else None
 
 
+async def get_many(conn: AsyncConnection, *, seqs: Sequence[int]) -> list[Decision]:
+    """The Decisions with these numbers, ascending, in ``conn``'s transaction."""
+    query = sa.select(*_COLUMNS).where(decisions.c.seq.in_(seqs)).order_by(decisions.c.seq)
+    # Through SQLAlchemy, whose column type decodes the Statement (_decision is for the driver's rows).
+    return [Decision(*row) for row in await conn.execute(query)]
+
+
 async def window(store: Store, *, window: windows.Window) -> list[Decision]:
     """The Decisions of a cursor window, ascending by number."""
     return [_decision(row) for row in await _WINDOWS.rows(store, window)]

@@ -161,12 +161,17 @@ webhook_deliveries = sa.Table(
     metadata,
     # Insertion order, which is event order: each endpoint's deliveries are sent in this order.
     sa.Column("position", Serial, primary_key=True, autoincrement=True),
-    # The Standard Webhooks message id (webhook-id), the same on every attempt.
-    sa.Column("id", Uuid, nullable=False, unique=True),
+    # The Standard Webhooks message id (webhook-id), the same on every attempt: a UUID version 7,
+    # unique by its random bits. No index of its own (each outbox row would pay for it): every
+    # lookup by id also names the state, and goes through the state index (store.webhooks).
+    sa.Column("id", Uuid, nullable=False),
     sa.Column("url", sa.Text, nullable=False),
     sa.Column("event", sa.String(32), nullable=False),
-    # The exact body sent on every attempt: {"type", "timestamp", "data"} as JSON text.
-    sa.Column("body", sa.Text, nullable=False),
+    # The exact body sent on every attempt: {"type", "timestamp", "data"} as JSON text; or
+    # NULL with decision_seq: a Decision never changes and is never removed, so its body is
+    # composed from it at each attempt, the same bytes each time, and not copied here.
+    sa.Column("body", sa.Text, nullable=True),
+    sa.Column("decision_seq", sa.BigInteger, nullable=True),
     sa.Column("created_at", Instant, nullable=False),
     sa.Column("state", sa.String(16), nullable=False),
     sa.Column("attempts", sa.Integer, nullable=False),
@@ -178,6 +183,7 @@ webhook_deliveries = sa.Table(
     sa.Column("last_error", sa.Text, nullable=True),
     sa.Column("delivered_at", Instant, nullable=True),
     sa.CheckConstraint("state IN ('pending', 'failed', 'delivered', 'dead')", name="state"),
+    sa.CheckConstraint("(body IS NULL) <> (decision_seq IS NULL)", name="body"),
     sa.Index(None, "state", "next_attempt_at"),
     sqlite_autoincrement=True,
 )

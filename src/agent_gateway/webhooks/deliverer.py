@@ -119,9 +119,9 @@ class Deliverer(woken.WokenLoop):
             now = clock.now()
             lease = now + timedelta(seconds=self.policy.timeout_s + LEASE_MARGIN_S)
             async with self.store.transaction() as conn:
-                claimed = await queries.claim_due(
+                claimed = await outbox.composed(conn, await queries.claim_due(
                     conn, now=clock.format_instant(now), lease=clock.format_instant(lease), limit=CLAIM_BATCH
-                )
+                ))
             if not claimed:
                 break
             by_endpoint = itertools.groupby(sorted(claimed, key=lambda c: (c.url, c.position)), key=lambda c: c.url)
@@ -142,6 +142,8 @@ class Deliverer(woken.WokenLoop):
         started = time.perf_counter()
         if endpoint is None:
             error: str | None = "no [[webhooks]] table has this url any more"
+        elif delivery.body is None:
+            error = f"Decision {delivery.decision_seq} is not in the log"
         else:
             body = delivery.body.encode()
             headers = signing.headers(endpoint.secret, delivery.id, clock.now(), body)
