@@ -61,8 +61,7 @@ async def publish_many(conn: AsyncConnection, identity: SigningIdentity, stateme
         published.append(Decision(seq, statement, identity.sign(payload, DECISION_TYP), created_at))
     # The Merkle tree grows in the same transaction, leaves in seq order (see store.tree).
     growth = await tree.growth(conn, numbers, [decision.jws.encode() for decision in published])
-    await queries.insert(conn, published, growth)
-    await outbox.decisions_published(conn, published)
+    await queries.insert(conn, published, growth, outbox.decision_deliveries(conn, published), channel=outbox.CHANNEL)
     return published
 
 

@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agent_gateway import jsontext
-from agent_gateway.store import direct, tree
+from agent_gateway.store import direct, engine, notifications, tree, webhooks
 from agent_gateway.store import window as windows
 from agent_gateway.store.engine import Store
 from agent_gateway.store.tables import decisions
@@ -74,34 +74,49 @@ _INSERT = direct.Query(
 )
 
 
-# On PostgreSQL the Decisions and the tree's new nodes go in with one statement (one round trip).
-_POSTGRES_INSERT = direct.Query(
-    sa.text(
-        "WITH nodes AS (INSERT INTO decision_tree (node, hash) "
-        "SELECT * FROM unnest(CAST(:keys AS bigint[]), CAST(:hashes AS bytea[]))) "
-        "INSERT INTO decisions (seq, statement, jws, created_at, leaf_index) "
-        "SELECT * FROM unnest(CAST(:numbers AS bigint[]), CAST(:statements AS text[]), CAST(:signed AS text[]), "
-        "CAST(:ats AS varchar[]), CAST(:leaves AS bigint[]))"
-    )
+# On PostgreSQL the Decisions and the tree's new nodes go in with one statement (one round
+# trip), and so do their webhook deliveries when there are any, with the deliverers' NOTIFY.
+_POSTGRES_WITH = (
+    "nodes AS (INSERT INTO decision_tree (node, hash) "
+    "SELECT * FROM unnest(CAST(:keys AS bigint[]), CAST(:hashes AS bytea[])))"
 )
+_POSTGRES_DECISIONS = (
+    "INSERT INTO decisions (seq, statement, jws, created_at, leaf_index) "
+    "SELECT * FROM unnest(CAST(:numbers AS bigint[]), CAST(:statements AS text[]), CAST(:signed AS text[]), "
+    "CAST(:ats AS varchar[]), CAST(:leaves AS bigint[]))"
+)
+_POSTGRES_INSERT = direct.Query(sa.text(f"WITH {_POSTGRES_WITH} {_POSTGRES_DECISIONS}"))
+_POSTGRES_INSERT_DELIVERING = direct.Query(sa.text(
+    f"WITH {_POSTGRES_WITH}, decided AS ({_POSTGRES_DECISIONS}), {webhooks.POSTGRES_WITH} {webhooks.POSTGRES_NOTIFY}"
+))
 
 
-async def insert(conn: AsyncConnection, published: Sequence[Decision], growth: tree.Growth) -> None:
-    """Write ``published`` Decisions, numbered by :func:`draw_numbers` in this transaction, and
-    the tree's nodes they complete (``growth``, see ``store.tree``)."""
+async def insert(
+    conn: AsyncConnection, published: Sequence[Decision], growth: tree.Growth,
+    deliveries: Sequence[tuple[Any, ...]] = (), *, channel: str = "",
+) -> None:
+    """Write ``published`` Decisions, numbered by :func:`draw_numbers` in this transaction, the
+    tree's nodes they complete (``growth``, see ``store.tree``) and the webhook ``deliveries``
+    that report them (as ``store.webhooks.insert`` takes them, waking ``channel``)."""
     statements = [jsontext.dumps(d.statement).decode() for d in published]
     leaves = range(growth.first_leaf, growth.first_leaf + len(published))
     if conn.dialect.name == "postgresql":
+        columns = {
+            "keys": [key for key, _ in growth.nodes],
+            "hashes": [hash_ for _, hash_ in growth.nodes],
+            "numbers": [d.seq for d in published],
+            "statements": statements,
+            "signed": [d.jws for d in published],
+            "ats": [d.created_at for d in published],
+            "leaves": list(leaves),
+        }
+        if not deliveries:
+            await direct.run(conn, _POSTGRES_INSERT, **columns)
+            return
+        payload = engine.notify_in_statement(conn, channel)
         await direct.run(
-            conn,
-            _POSTGRES_INSERT,
-            keys=[key for key, _ in growth.nodes],
-            hashes=[hash_ for _, hash_ in growth.nodes],
-            numbers=[d.seq for d in published],
-            statements=statements,
-            signed=[d.jws for d in published],
-            ats=[d.created_at for d in published],
-            leaves=list(leaves),
+            conn, _POSTGRES_INSERT_DELIVERING, channel=notifications.PG_CHANNEL, payload=payload,
+            **columns, **webhooks.postgres_arrays(deliveries),
         )
         return
     rows = [
@@ -110,6 +125,8 @@ async def insert(conn: AsyncConnection, published: Sequence[Decision], growth: t
     ]
     await direct.run_many(conn, _INSERT, rows)
     await tree.write(conn, growth)
+    if deliveries:
+        await webhooks.insert(conn, deliveries, channel=channel)
 
 
 _GET = direct.Query(sa.select(*_COLUMNS).where(decisions.c.seq == sa.bindparam("seq")))

@@ -6,9 +6,9 @@ and a rolled-back one never is. A delivery is one row per subscribed endpoint
 "timestamp": <the event's instant>, "data": <the spec's record>}``, fixed at
 the event, so every attempt sends the same bytes. A Decision never changes and
 is never removed, so a ``decision.published`` delivery holds its number, not a
-copy: :func:`composed` makes the same bytes from it at each attempt (on SQLite,
-where a batch of Decisions is one short commit, the copy was a fifth of what
-publishing cost). Where no endpoint subscribes to an event, its writers pay one
+copy, and is written by the Decisions' own insert
+(:func:`decision_deliveries`); :func:`composed` makes the same bytes from it at
+each attempt. Where no endpoint subscribes to an event, its writers pay one
 dictionary lookup and write nothing: the records of :func:`add` are not even
 built.
 """
@@ -68,27 +68,26 @@ async def add(conn: AsyncConnection, event: str, records: Iterable[tuple[str, An
     """Record a delivery of each ``(instant, record)`` to every endpoint subscribed to ``event``,
     in the caller's transaction; ``records`` is iterated only when one is (pass a generator)."""
     urls = engine.webhook_urls(conn, event)
-    if urls:
-        await _insert(conn, event, urls, ((at, body(event, at, record), None) for at, record in records))
-
-
-async def decisions_published(conn: AsyncConnection, published: Sequence[Decision]) -> None:
-    """``decision.published`` for Decisions this transaction publishes, each delivery holding
-    the Decision's number (see :func:`composed`)."""
-    urls = engine.webhook_urls(conn, DECISION_PUBLISHED)
-    if urls:
-        await _insert(conn, DECISION_PUBLISHED, urls, ((d.created_at, None, d.seq) for d in published))
-
-
-async def _insert(
-    conn: AsyncConnection, event: str, urls: Sequence[str], deliveries: Iterable[tuple[str, str | None, int | None]]
-) -> None:
-    """A pending delivery to each of ``urls`` of each ``(instant, body, decision_seq)``."""
-    now = clock.now_iso()
-    # In the order of queries.COLUMNS.
-    rows = [(delivery_id(), url, event, text, seq, at, now, at) for at, text, seq in deliveries for url in urls]
+    rows = _rows(event, urls, ((at, body(event, at, record), None) for at, record in records)) if urls else []
     if rows:
         await queries.insert(conn, rows, channel=CHANNEL)
+
+
+def decision_deliveries(conn: AsyncConnection, published: Sequence[Decision]) -> list[tuple[Any, ...]]:
+    """The ``decision.published`` deliveries of Decisions this transaction publishes, each
+    holding the Decision's number (see :func:`composed`), for ``store.decisions.insert`` to
+    write with them (on PostgreSQL, in the same statement); none when no endpoint subscribes."""
+    urls = engine.webhook_urls(conn, DECISION_PUBLISHED)
+    return _rows(DECISION_PUBLISHED, urls, ((d.created_at, None, d.seq) for d in published)) if urls else []
+
+
+def _rows(
+    event: str, urls: Sequence[str], deliveries: Iterable[tuple[str, str | None, int | None]]
+) -> list[tuple[Any, ...]]:
+    """A pending delivery to each of ``urls`` of each ``(instant, body, decision_seq)``, in the
+    order of ``store.webhooks.COLUMNS``."""
+    now = clock.now_iso()
+    return [(delivery_id(), url, event, text, seq, at, now, at) for at, text, seq in deliveries for url in urls]
 
 
 async def composed(conn: AsyncConnection, claimed: Sequence[queries.Claimed]) -> list[queries.Claimed]:
