@@ -486,3 +486,22 @@ def test_a_killed_process_loses_no_committed_write(database_url: str) -> None:
             await store.close()
 
     assert asyncio.run(count()) == _BULK_USERS
+
+
+async def test_rows_carried_by_a_rolled_back_transaction_are_never_written(store: Store) -> None:
+    """On PostgreSQL a transaction's last statement writes what it carries (engine.carry); a
+    pooled connection's info outlives the transaction, so a rollback's rows must not ride on
+    the next transaction's NOTIFY (on SQLite they are written at once, and rolled back)."""
+    from agent_gateway.store import webhooks
+
+    now = clock.now_iso()
+    with pytest.raises(RuntimeError):
+        async with store.transaction() as conn:
+            row = (str(uuid.uuid4()), "http://127.0.0.1:9/hooks", "message.inbound", "{}", None, now, now, now)
+            await webhooks.insert(conn, [row], channel="webhooks")
+            raise RuntimeError("roll back")
+    for _ in range(3 * store.engine.pool.size()):  # every pooled connection, more than once
+        async with store.transaction() as conn:
+            engine.notify(conn, "signals")
+    async with store.read() as conn:
+        assert (await conn.execute(sa.select(sa.func.count()).select_from(tables.webhook_deliveries))).scalar() == 0

@@ -148,6 +148,24 @@ async def test_a_rolled_back_publish_sends_nothing(hooked: Gateway, receiver: Re
     assert [d.event for d in await stored(hooked)] == ["decision.published"]
 
 
+async def test_a_rolled_back_message_sends_nothing(hooked: Gateway, receiver: Receiver) -> None:
+    """A Message's deliveries are written by the transaction's last statement on PostgreSQL
+    (engine.carry): one that rolls back before it writes none."""
+    from agent_gateway.messages import service as messages
+
+    user_id = await admit(hooked)
+    with pytest.raises(RuntimeError):
+        async with hooked.store.transaction() as conn:
+            await messages.receive(conn, user_id, "never committed")
+            raise RuntimeError("roll back")
+    async with hooked.store.transaction() as conn:  # one that commits, carrying the same kind of rows
+        committed = await messages.receive(conn, user_id, "committed")
+    got = await asyncio.to_thread(receiver.wait_for, 3)  # message.inbound, then its Run's and Signal's failures
+    assert [r.payload["data"] for r in got if r.payload["type"] == "message.inbound"] == [committed.to_json()]
+    assert "never committed" not in str([r.payload for r in receiver.received])
+    assert all(d.created_at >= committed.created_at for d in await stored(hooked))
+
+
 async def _rows(conn):  # type: ignore[no-untyped-def]
     import sqlalchemy as sa
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import re
 import secrets
@@ -35,6 +36,16 @@ _PG_NOTIFY_MANY = sa.text("SELECT pg_notify(:channel, payload) FROM unnest(CAST(
 _ON_COMMIT = "agent_gateway.on_commit"
 _STORE = "agent_gateway.store"
 _CHANNELS = "agent_gateway.channels"
+_CARRIED = "agent_gateway.carried"
+
+
+@functools.lru_cache(maxsize=16)
+def _carrying(with_clauses: tuple[str, ...]) -> direct.Query:
+    """The NOTIFY statement that also writes the rows of these WITH clauses."""
+    return direct.Query(sa.text(
+        f"WITH {', '.join(with_clauses)} "
+        "SELECT pg_notify(:channel, payload) FROM unnest(CAST(:payloads AS text[])) AS payload"
+    ))
 
 
 def async_url(url: str) -> str:
@@ -103,6 +114,27 @@ def notify(conn: AsyncConnection, channel: str) -> None:
     if store is not None:
         conn.info.setdefault(_CHANNELS, set()).add(channel)
         on_commit(conn, lambda: store.publish(channel))
+
+
+@dataclasses.dataclass(frozen=True)
+class Carried:
+    """Rows a PostgreSQL transaction's NOTIFY statement writes: a data-modifying WITH clause
+    (named, so it stands beside the others) and how it binds the rows (see :func:`carry`)."""
+
+    with_clause: str
+    params: Callable[[list[Any]], Mapping[str, Any]]
+
+
+def carry(conn: AsyncConnection, carried: Carried, rows: Sequence[Any], channel: str) -> bool:
+    """On PostgreSQL, have the statement that sends this transaction's NOTIFY (its last, before
+    COMMIT) write ``rows`` too, and wake ``channel`` once it commits: a round trip less than a
+    statement of their own. False when they must be written now: on SQLite, whose statements
+    cost no round trip, or outside a :class:`Store`'s transaction (which sends no NOTIFY)."""
+    if conn.dialect.name != "postgresql" or conn.info.get(_STORE) is None:
+        return False
+    conn.info.setdefault(_CARRIED, {}).setdefault(carried, []).extend(rows)
+    notify(conn, channel)
+    return True
 
 
 def notify_in_statement(conn: AsyncConnection, channel: str) -> str | None:
@@ -239,20 +271,33 @@ class Store:
     @contextlib.asynccontextmanager
     async def _transaction(self) -> AsyncIterator[AsyncConnection]:
         async with self.engine.connect() as conn:
-            conn.info.pop(_ON_COMMIT, None)
+            # A pooled connection's info outlives its transactions: drop what a rolled-back one left.
+            for key in (_ON_COMMIT, _CHANNELS, _CARRIED):
+                conn.info.pop(key, None)
             conn.info[_STORE] = self
             async with conn.begin():
                 yield conn
                 if self.dialect == "postgresql":
-                    channels = [notifications.pg_payload(self.origin, c) for c in sorted(conn.info.pop(_CHANNELS, ()))]
-                    if len(channels) == 1:
-                        await conn.execute(_PG_NOTIFY, {"channel": notifications.PG_CHANNEL, "payload": channels[0]})
-                    elif channels:
-                        await conn.execute(_PG_NOTIFY_MANY, {"channel": notifications.PG_CHANNEL, "payloads": channels})
+                    await self._notify_postgres(conn)
             conn.info.pop(_STORE, None)
             conn.info.pop(_CHANNELS, None)
+            conn.info.pop(_CARRIED, None)
             for callback in conn.info.pop(_ON_COMMIT, ()):
                 callback()
+
+    async def _notify_postgres(self, conn: AsyncConnection) -> None:
+        """The transaction's last statement: its NOTIFY, and the rows it carries (:func:`carry`)."""
+        channels = [notifications.pg_payload(self.origin, c) for c in sorted(conn.info.pop(_CHANNELS, ()))]
+        carried: dict[Carried, list[Any]] = conn.info.pop(_CARRIED, {})
+        if carried:
+            params: dict[str, Any] = {"channel": notifications.PG_CHANNEL, "payloads": channels}
+            for each, rows in carried.items():
+                params.update(each.params(rows))
+            await direct.run(conn, _carrying(tuple(each.with_clause for each in carried)), **params)
+        elif len(channels) == 1:
+            await conn.execute(_PG_NOTIFY, {"channel": notifications.PG_CHANNEL, "payload": channels[0]})
+        elif channels:
+            await conn.execute(_PG_NOTIFY_MANY, {"channel": notifications.PG_CHANNEL, "payloads": channels})
 
     async def close(self) -> None:
         if self._direct is not None:

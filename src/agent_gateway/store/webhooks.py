@@ -89,47 +89,49 @@ def _sqlite_insert(count: int) -> str:
 
 # Rows per SQLite statement, well under its limit of bound values (32,766).
 _SQLITE_ROWS = 512
-# On PostgreSQL the rows go in as a data-modifying WITH clause, of an insert of their own
-# (with the deliverers' NOTIFY: one round trip) or of the statement that writes their event
-# (store.decisions: none of their own), its arrays from postgres_arrays().
+# On PostgreSQL the rows go in as a data-modifying WITH clause of another statement: the one
+# that writes their event (store.decisions) or the one that sends their transaction's NOTIFY
+# (engine.carry), so that they cost no round trip of their own.
 POSTGRES_WITH = (
     "delivered AS (INSERT INTO webhook_deliveries "
     "(id, url, event, body, decision_seq, created_at, state, attempts, next_attempt_at, retry_from) "
-    f"SELECT d.id, d.url, :event, d.body, d.decision_seq, d.created_at, '{PENDING}', 0, :written_at, d.created_at "
-    "FROM unnest(CAST(:ids AS text[]), CAST(:urls AS text[]), CAST(:bodies AS text[]), "
-    "CAST(:decision_seqs AS bigint[]), CAST(:created_ats AS text[])) "
-    "AS d(id, url, body, decision_seq, created_at))"
+    f"SELECT d.id, d.url, d.event, d.body, d.decision_seq, d.created_at, '{PENDING}', 0, d.next_attempt_at, "
+    "d.retry_from FROM unnest(CAST(:ids AS text[]), CAST(:urls AS text[]), CAST(:events AS text[]), "
+    "CAST(:bodies AS text[]), CAST(:decision_seqs AS bigint[]), CAST(:created_ats AS text[]), "
+    "CAST(:next_attempt_ats AS text[]), CAST(:retry_froms AS text[])) "
+    "AS d(id, url, event, body, decision_seq, created_at, next_attempt_at, retry_from))"
 )
 # The NOTIFY that ends such a statement (its payload None: none).
 POSTGRES_NOTIFY = "SELECT pg_notify(:channel, :payload) WHERE CAST(:payload AS text) IS NOT NULL"
+_ARRAYS = ("ids", "urls", "events", "bodies", "decision_seqs", "created_ats", "next_attempt_ats", "retry_froms")
+
+
+def postgres_arrays(rows: Sequence[tuple[Any, ...]]) -> dict[str, list[Any]]:
+    """The parameters of :data:`POSTGRES_WITH` for ``rows`` (as :func:`insert` takes them)."""
+    return dict(zip(_ARRAYS, (list(column) for column in zip(*rows, strict=True)), strict=True))
+
+
+_CARRIED = engine.Carried(POSTGRES_WITH, postgres_arrays)
 _POSTGRES_INSERT = direct.Query(sa.text(f"WITH {POSTGRES_WITH} {POSTGRES_NOTIFY}"))
 
 
-def postgres_arrays(rows: Sequence[tuple[Any, ...]]) -> dict[str, Any]:
-    """The parameters of :data:`POSTGRES_WITH` for ``rows`` (as :func:`insert` takes them): an
-    array per column that varies, the event and the instant of writing once."""
-    ids, urls, [event, *_], bodies, seqs, created_ats, [written_at, *_], _ = (list(column) for column in zip(*rows, strict=True))
-    return {
-        "ids": ids, "urls": urls, "bodies": bodies, "decision_seqs": seqs, "created_ats": created_ats,
-        "event": event, "written_at": written_at,
-    }
-
-
 async def insert(conn: AsyncConnection, rows: Sequence[tuple[Any, ...]], *, channel: str) -> None:
-    """Record pending deliveries of one event, written at one instant, each a tuple of the
-    :data:`COLUMNS` (one of ``body`` and ``decision_seq`` None; ``retry_from`` the event's
-    instant, ``created_at``), in order, in the caller's transaction, and wake ``channel`` once
-    it commits."""
+    """Record pending deliveries, each a tuple of the :data:`COLUMNS` (one of ``body`` and
+    ``decision_seq`` None), in order, in the caller's transaction, and wake ``channel`` once
+    it commits.
+
+    On PostgreSQL they are written by the transaction's last statement (``engine.carry``):
+    until then this transaction does not see them.
+    """
     if conn.dialect.name != "postgresql":
         for start in range(0, len(rows), _SQLITE_ROWS):
             chunk = rows[start : start + _SQLITE_ROWS]
             await direct.run_sqlite(conn, _sqlite_insert(len(chunk)), [value for row in chunk for value in row])
         engine.notify(conn, channel)
         return
-    payload = engine.notify_in_statement(conn, channel)
-    await direct.run(
-        conn, _POSTGRES_INSERT, channel=notifications.PG_CHANNEL, payload=payload, **postgres_arrays(rows)
-    )
+    if engine.carry(conn, _CARRIED, rows, channel):
+        return
+    await direct.run(conn, _POSTGRES_INSERT, channel=notifications.PG_CHANNEL, payload=None, **postgres_arrays(rows))
 
 
 def _claim(dialect: str) -> sa.Update:
