@@ -194,6 +194,13 @@ async def test_migrations_head_equals_the_table_metadata(store: Store) -> None:
         assert await conn.run_sync(_schema_differences) == []
 
 
+def test_the_revisions_are_alembics_history() -> None:
+    """A database at a revision this version does not list is refused as newer (migrate.Schema)."""
+    script = ScriptDirectory.from_config(migrate.alembic_config())
+    assert tuple(reversed([revision.revision for revision in script.walk_revisions()])) == migrate.REVISIONS
+    assert migrate.REVISIONS[-1] == migrate.HEAD
+
+
 async def test_the_database_is_at_the_single_head(store: Store) -> None:
     heads = ScriptDirectory.from_config(migrate.alembic_config()).get_heads()
     assert heads == [migrate.HEAD]

@@ -21,37 +21,14 @@ branch_labels = None
 depends_on = None
 
 
-def _deliveries(*, referring: bool) -> sa.Table:
-    """The table as revision 0003 made it, or as this one does when ``referring``: SQLite
-    alters a column by copying the table, and the copy is made from this definition."""
-    return sa.Table('webhook_deliveries', sa.MetaData(),
-    sa.Column('position', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), autoincrement=True, nullable=False),
-    sa.Column('id', sa.String(length=36), nullable=False),
-    sa.Column('url', sa.Text(), nullable=False),
-    sa.Column('event', sa.String(length=32), nullable=False),
-    sa.Column('body', sa.Text(), nullable=referring),
-    *([sa.Column('decision_seq', sa.BigInteger(), nullable=True)] if referring else []),
-    sa.Column('created_at', sa.String(length=24), nullable=False),
-    sa.Column('state', sa.String(length=16), nullable=False),
-    sa.Column('attempts', sa.Integer(), nullable=False),
-    sa.Column('next_attempt_at', sa.String(length=24), nullable=False),
-    sa.Column('retry_from', sa.String(length=24), nullable=False),
-    sa.Column('last_error', sa.Text(), nullable=True),
-    sa.Column('delivered_at', sa.String(length=24), nullable=True),
-    sa.CheckConstraint("state IN ('pending', 'failed', 'delivered', 'dead')", name=op.f('ck_webhook_deliveries_state')),
-    *([sa.CheckConstraint(_ONE_OF, name=op.f('ck_webhook_deliveries_body'))] if referring else []),
-    sa.PrimaryKeyConstraint('position', name=op.f('pk_webhook_deliveries')),
-    *([] if referring else [sa.UniqueConstraint('id', name=op.f('uq_webhook_deliveries_id'))]),
-    sa.Index(op.f('ix_webhook_deliveries_state_next_attempt_at'), 'state', 'next_attempt_at'),
-    sqlite_autoincrement=True
-    )
-
-
 _ONE_OF = '(body IS NULL) <> (decision_seq IS NULL)'
+# SQLite alters a column by copying the table, made from what it reflects, which does not
+# show AUTOINCREMENT.
+_SQLITE_AUTOINCREMENT = {'sqlite_autoincrement': True}
 
 
 def upgrade() -> None:
-    with op.batch_alter_table('webhook_deliveries', copy_from=_deliveries(referring=False)) as batch:
+    with op.batch_alter_table('webhook_deliveries', table_kwargs=_SQLITE_AUTOINCREMENT) as batch:
         batch.add_column(sa.Column('decision_seq', sa.BigInteger(), nullable=True))
         batch.alter_column('body', existing_type=sa.Text(), nullable=True)
         batch.create_check_constraint(op.f('ck_webhook_deliveries_body'), _ONE_OF)
@@ -75,7 +52,7 @@ def downgrade() -> None:
         record = Decision(seq, jsontext.loads(statement), jws, created_at).to_json()
         text = outbox.body(outbox.DECISION_PUBLISHED, created_at, record)
         bind.execute(deliveries.update().where(deliveries.c.position == position).values(body=text, decision_seq=None))
-    with op.batch_alter_table('webhook_deliveries', copy_from=_deliveries(referring=True)) as batch:
+    with op.batch_alter_table('webhook_deliveries', table_kwargs=_SQLITE_AUTOINCREMENT) as batch:
         batch.drop_constraint(op.f('ck_webhook_deliveries_body'), type_='check')
         batch.alter_column('body', existing_type=sa.Text(), nullable=False)
         batch.drop_column('decision_seq')
