@@ -47,7 +47,9 @@ async def test_every_event_arrives_signed_with_its_record(hooked: Gateway, recei
     outbound = await hooked.messages.send(user_id, "hi there")
     decision = await hooked.publisher.publish("we ship on Friday")
     async with hooked.store.transaction() as conn:
-        await scheduler.put_body(conn, "soon", {"spec": {"kind": "once", "at": clock.now_iso()}, "data": {"n": 1}})
+        # A moment ahead: an instant that is already past when the put reads the clock is refused.
+        soon = clock.format_instant(clock.now() + datetime.timedelta(milliseconds=500))
+        await scheduler.put_body(conn, "soon", {"spec": {"kind": "once", "at": soon}, "data": {"n": 1}})
     # The Message's Run fails (no agent program), and so does its Signal; so does the fire's
     # Signal (no Handler), which has no Run: seven events.
     got = await asyncio.to_thread(receiver.wait_for, 7)
