@@ -12,7 +12,6 @@ import sqlalchemy as sa
 from agent_gateway import clock, config
 from agent_gateway.gateway import Gateway
 from agent_gateway.scheduler import service as scheduler
-from agent_gateway.signals import service as signals
 from agent_gateway.store import tables
 from agent_gateway.store import webhooks as deliveries
 from agent_gateway.users import service as users

@@ -6,7 +6,6 @@ from __future__ import annotations
 import collections
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
