@@ -13,6 +13,7 @@ from agent_gateway import clock, config
 from agent_gateway.gateway import Gateway
 from agent_gateway.scheduler import service as scheduler
 from agent_gateway.store import tables
+from agent_gateway.store import vacuum
 from agent_gateway.store import webhooks as deliveries
 from agent_gateway.users import service as users
 from agent_gateway.webhooks import outbox
@@ -173,3 +174,22 @@ async def _rows(conn):  # type: ignore[no-untyped-def]
     from agent_gateway.store.tables import webhook_deliveries
 
     return (await conn.execute(sa.select(webhook_deliveries.c.id))).all()
+
+
+@pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
+async def test_the_deliverer_vacuums_the_outbox_every_so_many_claims(
+    hooked: Gateway, receiver: Receiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(vacuum, "EVERY", 2)  # store/vacuum.py: the claims' dead index entries go
+
+    async def vacuums() -> int:
+        async with hooked.store.read() as conn:
+            return (await conn.exec_driver_sql(
+                "SELECT vacuum_count FROM pg_stat_user_tables WHERE relname = 'webhook_deliveries'"
+            )).scalar()
+
+    assert await vacuums() == 0
+    for text in ("one", "two"):
+        await hooked.publisher.publish(text)
+    await asyncio.to_thread(receiver.wait_for, 2)
+    assert await until(vacuums) >= 1

@@ -49,6 +49,7 @@ from agent_gateway.store.engine import Store
 from agent_gateway.store.notifications import Subscription
 from agent_gateway.store.runs import Run
 from agent_gateway.store.signals import Signal
+from agent_gateway.store.vacuum import Vacuum
 from agent_gateway.webhooks import outbox
 
 logger = logging.getLogger(__name__)
@@ -71,6 +72,8 @@ class Worker:
         self._stop = asyncio.Event()
         self._subscription: Subscription | None = None
         self._cancels: Subscription | None = None
+        # Each claim leaves dead row versions in the queue's index (store.vacuum).
+        self._vacuum = Vacuum(store, "signals")
         self.active = False
 
     def stop(self) -> None:
@@ -113,6 +116,7 @@ class Worker:
                 await subscription.wait(SWEEP_INTERVAL_S)
         finally:
             self.active = False
+            await self._vacuum.close()
             self.store.unsubscribe(service.CHANNEL, subscription)
             self.store.unsubscribe(service.CANCEL_CHANNEL, self._cancels)
             close = getattr(self.runtime, "close", None)
@@ -163,6 +167,7 @@ class Worker:
         """:meth:`_claim` for a Signal that ``conn``'s transaction has just claimed."""
         if signal is None:
             return None
+        self._vacuum.claimed()
         handler = self.handlers.get(signal.kind)
         if not getattr(handler, "inline", False):
             return _Claimed(signal)

@@ -259,6 +259,12 @@ class Store:
             async with conn.begin():
                 yield conn
 
+    async def vacuum(self, table: str) -> None:
+        """VACUUM ``table`` on PostgreSQL, its indexes too however few of its pages changed
+        (see :mod:`.vacuum`); skipped when another VACUUM holds it."""
+        async with self._reader.connect() as conn:  # AUTOCOMMIT: VACUUM runs outside a transaction
+            await conn.exec_driver_sql(f"VACUUM (INDEX_CLEANUP ON, SKIP_LOCKED) {table}")
+
     async def fetch(self, query: direct.Query, **params: Any) -> Sequence[Sequence[Any]]:
         """The rows of one read-only statement, run straight on the driver (see :mod:`.direct`)."""
         if self._direct is not None:

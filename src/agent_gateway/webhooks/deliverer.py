@@ -45,6 +45,7 @@ from agent_gateway.ops import metrics
 from agent_gateway.store import webhooks as queries
 from agent_gateway.store import woken
 from agent_gateway.store.engine import Store
+from agent_gateway.store.vacuum import Vacuum
 from agent_gateway.webhooks import outbox, signing
 from agent_gateway.webhooks.sender import Sender
 
@@ -94,11 +95,14 @@ class Deliverer(woken.WokenLoop):
         self.endpoints = {endpoint.url: endpoint for endpoint in endpoints}
         self.policy = policy
         self._sender = Sender(policy.timeout_s)
+        # Each claim and outcome leaves dead row versions in the outbox's index (store.vacuum).
+        self._vacuum = Vacuum(store, "webhook_deliveries")
 
     async def stop(self) -> None:
         """Let the attempts in progress end (up to a while; their deliveries are sent again
         once their lease ends), then end the loop."""
         await super().stop()
+        await self._vacuum.close()
         await self._sender.close()
 
     async def _run(self) -> None:
@@ -124,6 +128,7 @@ class Deliverer(woken.WokenLoop):
                 ))
             if not claimed:
                 break
+            self._vacuum.claimed(len(claimed))
             by_endpoint = itertools.groupby(sorted(claimed, key=lambda c: (c.url, c.position)), key=lambda c: c.url)
             await asyncio.gather(*(self._send_in_order(list(group)) for _, group in by_endpoint))
         async with self.store.read() as conn:
