@@ -31,7 +31,7 @@ TIMER_CEILING_MS = 2**31 - 1
 MAX_SCRYPT_LOGN = 20
 # Expiry instants must stay within the four-digit years of the stored timestamps.
 MAX_TOKEN_TTL_MS = 100 * 365 * 24 * 3600 * 1000
-# hashlib.scrypt refuses a maxmem above INT_MAX.
+# A derivation's memory, held by each derivation thread (auth.passwords): a bound, not OpenSSL's.
 MAX_SCRYPT_MEMORY_BYTES = 2**31 - 1
 # "per-run" starts [runtime] command for each Run; "persistent" starts it once and hands it Runs as JSON lines.
 RUNTIME_MODES = ("per-run", "persistent")
@@ -90,10 +90,15 @@ class ScryptCost:
                 raise SettingsError(f"auth.scrypt.{name}: must be a positive integer (got {value!r})")
         if self.log_n > MAX_SCRYPT_LOGN:
             raise SettingsError(f"auth.scrypt.logN: must be at most {MAX_SCRYPT_LOGN} (got {self.log_n})")
+        if self.log_n >= 16 * self.block_size:
+            # scrypt's own limit (RFC 7914, 2: N < 2^(128 r / 8)); OpenSSL refuses to derive beyond it.
+            raise SettingsError(
+                f"auth.scrypt.logN: must be below 16 x blockSize, here {16 * self.block_size} (got {self.log_n})"
+            )
         if self.memory_bytes > MAX_SCRYPT_MEMORY_BYTES:
             raise SettingsError(
                 f"auth.scrypt: 2^{self.log_n} x {self.block_size} x {self.parallelism} needs "
-                f"{self.memory_bytes // 2**20} MiB per derivation; hashlib.scrypt allows under 2 GiB"
+                f"{self.memory_bytes // 2**20} MiB per derivation; at most 2 GiB is allowed"
             )
 
     @property

@@ -83,6 +83,7 @@ async def test_no_digest_spends_one_derivation_at_the_configured_cost(monkeypatc
         "$scrypt$ln=21,r=8,p=1$c2FsdHNhbHRzYWx0c2FsdA$" + "A" * 43,
         "$scrypt$ln=0,r=8,p=1$c2FsdHNhbHRzYWx0c2FsdA$" + "A" * 43,
         "$scrypt$ln=4,r=0,p=1$c2FsdHNhbHRzYWx0c2FsdA$" + "A" * 43,
+        "$scrypt$ln=16,r=1,p=1$c2FsdHNhbHRzYWx0c2FsdA$" + "A" * 43,  # beyond what scrypt derives
         "$scrypt$ln=4,r=8,p=1$c2FsdHNhbHRzYWx0c2FsdA$" + "A" * 42,
         "$scrypt$ln=4,r=8,p=1$c2FsdHNhbHRzYWx0c2FsdA$" + "A" * 41,
         "$argon2id$v=19$m=65536,t=3,p=4$c2FsdA$aGFzaA",
@@ -136,6 +137,8 @@ async def test_nul_and_long_passwords_are_just_characters():
         ({"parallelism": 0}, "parallelism: must be a positive integer"),
         ({"parallelism": "1"}, "parallelism: must be a positive integer"),
         ({"log_n": 20, "block_size": 16}, "per derivation"),
+        # scrypt itself refuses N >= 2^(16 r): refused here, not at the first login.
+        ({"log_n": 16, "block_size": 1}, "logN: must be below 16 x blockSize, here 16 \\(got 16\\)"),
     ],
 )
 def test_a_cost_that_cannot_run_is_refused_at_the_call(kwargs: dict, message: str):

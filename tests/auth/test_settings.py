@@ -58,8 +58,8 @@ def test_a_scrypt_cost_too_large_to_derive_is_refused():
 
 def test_scrypt_from_the_file(tmp_path: Path):
     path = tmp_path / "gateway.toml"
-    path.write_text("[auth]\ntoken_ttl_ms = 5\nscrypt = { logN = 20, blockSize = 1, parallelism = 3 }\n")
-    assert config.load(path, {}).scrypt == ScryptCost(20, 1, 3)
+    path.write_text("[auth]\ntoken_ttl_ms = 5\nscrypt = { logN = 20, blockSize = 2, parallelism = 3 }\n")
+    assert config.load(path, {}).scrypt == ScryptCost(20, 2, 3)
     path.write_text("[auth]\ntoken_ttl_ms = 5\nscrypt = { logN = 21 }\n")
     with pytest.raises(config.SettingsError, match="logN"):
         config.load(path, {})
