@@ -11,7 +11,6 @@ all shows that its Agent-server calls succeed.
 
 import json
 import os
-import signal
 import socket
 import sys
 
