@@ -8,8 +8,8 @@ A digest is one line of text in the PHC string style::
 digest, never from the settings, so raising the configured cost leaves every
 old password working; nothing rehashes at login.
 
-A derivation takes about 200 ms of one core at the default cost, so it runs
-in a thread pool (the derivation releases the GIL): logins never stall the
+A derivation takes 65–200 ms of one core at the default cost, depending on
+the core, so it runs in a thread pool (the derivation releases the GIL): logins never stall the
 event loop, and as many derive at once as there are cores. It is
 ``cryptography``'s scrypt, whose OpenSSL derives the default cost in about
 five sixths of the time of the system OpenSSL's under ``hashlib.scrypt``
