@@ -20,8 +20,8 @@ from __future__ import annotations
 import asyncio
 
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
-from starlette.requests import Request
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.requests import ClientDisconnect, Request
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agent_gateway import errors
 from agent_gateway.config import Settings
@@ -70,7 +70,13 @@ class Endpoint:
             response = http_errors.error_response(405, _POST_ONLY, {"Allow": "POST"})
             await response(scope, receive, send)
             return
-        await self.manager.handle_request(scope, receive, send)
+        # The body is read here, not by the SDK: a client that leaves before sending all of
+        # it has nobody to answer, and the SDK would log that as an error with a traceback.
+        try:
+            body = await Request(scope, receive).body()
+        except ClientDisconnect:
+            return
+        await self.manager.handle_request(scope, _replaying(body, receive), send)
 
     async def start(self) -> None:
         """Run the session manager until :meth:`stop`."""
@@ -92,3 +98,13 @@ class Endpoint:
         self._stopping.set()
         if self._task is not None:
             await asyncio.gather(self._task, return_exceptions=True)
+
+
+def _replaying(body: bytes, receive: Receive) -> Receive:
+    """``receive`` with the request's ``body``, already read, handed out first."""
+    pending = [{"type": "http.request", "body": body, "more_body": False}]
+
+    async def replay() -> Message:
+        return pending.pop() if pending else await receive()
+
+    return replay
