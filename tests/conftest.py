@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+import queue
 import shutil
+import threading
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -33,7 +35,8 @@ REQUIRE_POSTGRES = os.environ.get("AGENT_GATEWAY_TEST_REQUIRE_POSTGRES") == "1"
 RUN_ID = uuid.uuid4().hex[:10]
 
 
-def _postgres_dsn(database: str) -> str:
+def postgres_url_of(database: str) -> str:
+    """The URL of the database ``database`` on the tests' PostgreSQL server."""
     base, _, _ = POSTGRES_URL.rpartition("/")
     return f"{base}/{database}"
 
@@ -58,9 +61,58 @@ async def admin(sql: str) -> None:
         await conn.close()
 
 
+class Databases:
+    """The run's PostgreSQL databases: a template migrated once, and a copy of it (or an empty
+    database) for each test that asks.
+
+    A copy is made at once (``CREATE DATABASE ... TEMPLATE``). Dropping one is left to a thread
+    of its own: PostgreSQL 15 checkpoints at every ``DROP DATABASE``, which takes seconds on a
+    busy machine, and no test needs to wait for that. :meth:`close` waits for the last drops.
+    """
+
+    def __init__(self, template: str) -> None:
+        self.template = template
+        self._doomed: queue.SimpleQueue[str | None] = queue.SimpleQueue()
+        self._failed: list[tuple[str, BaseException]] = []
+        self._dropper = threading.Thread(target=self._drop_each, name="drop test databases", daemon=True)
+        self._dropper.start()
+
+    def copy(self) -> str:
+        """A new database copied from the migrated template; its name."""
+        return self._create(f"TEMPLATE {self.template}")
+
+    def empty(self) -> str:
+        """A new database no migration has touched; its name."""
+        return self._create("")
+
+    def drop(self, name: str) -> None:
+        """Drop ``name`` (under whoever is still connected to it) soon, not now."""
+        self._doomed.put(name)
+
+    def close(self) -> None:
+        """Wait for every drop asked so far; fail the run if one could not be done."""
+        self._doomed.put(None)
+        self._dropper.join()
+        if self._failed:
+            name, exc = self._failed[0]
+            raise RuntimeError(f"could not drop {len(self._failed)} test database(s), {name} first: {exc}")
+
+    def _create(self, clause: str) -> str:
+        name = f"agw_{RUN_ID}_{uuid.uuid4().hex[:10]}"
+        asyncio.run(admin(f"CREATE DATABASE {name} {clause}"))
+        return name
+
+    def _drop_each(self) -> None:
+        while (name := self._doomed.get()) is not None:
+            try:
+                asyncio.run(admin(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+            except (OSError, asyncpg.PostgresError, asyncio.TimeoutError) as exc:
+                self._failed.append((name, exc))
+
+
 @pytest.fixture(scope="session")
-def postgres_template() -> Iterator[str]:
-    """A database migrated once per run; each test copies it."""
+def postgres_databases() -> Iterator[Databases]:
+    """The run's PostgreSQL databases (:class:`Databases`); skipped (or failed, in CI) without a server."""
     name = f"agw_template_{RUN_ID}"
     try:
         asyncio.run(admin(f"CREATE DATABASE {name}"))
@@ -69,8 +121,10 @@ def postgres_template() -> Iterator[str]:
         if REQUIRE_POSTGRES:
             pytest.fail(reason)
         pytest.skip(reason)
-    asyncio.run(migrate.upgrade_url(_postgres_dsn(name)))
-    yield name
+    asyncio.run(migrate.upgrade_url(postgres_url_of(name)))
+    databases = Databases(name)
+    yield databases
+    databases.close()
     asyncio.run(admin(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
 
 
@@ -89,11 +143,10 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
         shutil.copyfile(request.getfixturevalue("sqlite_template"), path)
         yield f"sqlite:///{path}"
         return
-    template = request.getfixturevalue("postgres_template")
-    name = f"agw_{RUN_ID}_{uuid.uuid4().hex[:10]}"
-    asyncio.run(admin(f"CREATE DATABASE {name} TEMPLATE {template}"))
-    yield _postgres_dsn(name)
-    asyncio.run(admin(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+    databases: Databases = request.getfixturevalue("postgres_databases")
+    name = databases.copy()
+    yield postgres_url_of(name)
+    databases.drop(name)
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
 from collections.abc import AsyncIterator, Iterator
 
 import httpx
@@ -13,16 +12,15 @@ import sqlalchemy as sa
 from prometheus_client.parser import text_string_to_metric_families
 
 from agent_gateway.gateway import Gateway
-from tests.conftest import RUN_ID, _postgres_dsn, admin
+from tests.conftest import Databases, admin, postgres_url_of
 
 
 @pytest.fixture
-def postgresql_url(postgres_template: str) -> Iterator[str]:
+def postgresql_url(postgres_databases: Databases) -> Iterator[str]:
     """A fresh, migrated PostgreSQL database, for the cases that drop it under a running gateway."""
-    name = f"agw_{RUN_ID}_{uuid.uuid4().hex[:10]}"
-    asyncio.run(admin(f"CREATE DATABASE {name} TEMPLATE {postgres_template}"))
-    yield _postgres_dsn(name)
-    asyncio.run(admin(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+    name = postgres_databases.copy()
+    yield postgres_url_of(name)
+    postgres_databases.drop(name)
 
 
 READY_DEADLINE_S = 300  # a ceiling for a broken build
