@@ -14,7 +14,7 @@ from agent_gateway.auth.tokens import PasswordScheme
 from agent_gateway.config import Settings
 from agent_gateway.decisions import routes as decisions_routes
 from agent_gateway.decisions import service as decisions_service
-from agent_gateway.http.app import create_app
+from agent_gateway.http.app import Router, create_app, fast_routes
 from agent_gateway.http.fastpath import FastPath
 from agent_gateway.mcp import endpoint as mcp_endpoint
 from agent_gateway.messages import routes as messages_routes
@@ -105,7 +105,7 @@ class Gateway:
         # What counts the requests of both servers (ops.observe), flushed into the metrics.
         self.observers: list[Observed] = []
         self._flush_task: asyncio.Task[None] | None = None
-        agent_routers = [
+        agent_routers: list[Router] = [
             users_routes.agent,
             messages_routes.agent,
             streams_routes.agent,
@@ -133,48 +133,27 @@ class Gateway:
             else None
         )
         self.agent_app = self._app("agent-gateway: Agent server", AGENT_DESCRIPTION, agent_routers)
-        # What each server runs: the fast path (http.fastpath) in front of the FastAPI app,
-        # observed for metrics and the access log (ops.observe) when they are on.
-        agent_fast_routes = {
-            ("POST", "/sign"): signatures_routes.fast_sign,
-            ("POST", "/decisions"): decisions_routes.fast_publish,
-            ("GET", "/decisions"): decisions_routes.fast_read_agent,
-            ("POST", "/messages"): messages_routes.fast_send,
-            ("GET", "/messages"): messages_routes.fast_read_log,
-            ("GET", "/decisions/{seq}/proof"): transparency_routes.fast_proof_agent,
-            ("GET", "/checkpoint/consistency"): transparency_routes.fast_consistency_agent,
-            ("GET", streams_routes.PATH): streams_routes.fast_follow_log,
-        }
-        agent_routes = FastPath(self.agent_app, settings.max_body_bytes, agent_fast_routes)
+        # What each server runs: the fast path (http.fastpath) in front of the FastAPI app, with
+        # the fast twins its routers declare, observed for metrics and the access log
+        # (ops.observe) when they are on.
+        agent_routes = FastPath(self.agent_app, settings.max_body_bytes, fast_routes(agent_routers))
         # /mcp (left out of OpenAPI): its tools call the routes above, in-process (mcp.endpoint).
         self.mcp = mcp_endpoint.Endpoint(agent_routes, settings)
         self.agent_app.router.add_route(mcp_endpoint.PATH, self.mcp, include_in_schema=False)
-        self.agent_asgi = self._observed("agent", agent_routes, agent_fast_routes)
-        self.public_app = self._app(
-            "agent-gateway: Public server",
-            PUBLIC_DESCRIPTION,
-            [
-                auth_routes.public,
-                messages_routes.public,
-                streams_routes.public,
-                signatures_routes.public,
-                decisions_routes.public,
-                transparency_routes.public,
-            ],
-        )
+        self.agent_asgi = self._observed("agent", agent_routes)
+        public_routers: list[Router] = [
+            auth_routes.public,
+            messages_routes.public,
+            streams_routes.public,
+            signatures_routes.public,
+            decisions_routes.public,
+            transparency_routes.public,
+        ]
+        self.public_app = self._app("agent-gateway: Public server", PUBLIC_DESCRIPTION, public_routers)
         if settings.public_chat_page:
             self.public_app.include_router(web_routes.public_router())
-        public_fast_routes = {
-            ("GET", "/users/me"): auth_routes.fast_read_me,
-            ("POST", "/messages"): messages_routes.fast_receive,
-            ("GET", "/messages"): messages_routes.fast_read_own_log,
-            ("GET", "/decisions"): decisions_routes.fast_read_public,
-            ("GET", "/decisions/{seq}/proof"): transparency_routes.fast_proof_public,
-            ("GET", "/checkpoint/consistency"): transparency_routes.fast_consistency_public,
-            ("GET", streams_routes.PATH): streams_routes.fast_follow_own_log,
-        }
         self.public_asgi = self._observed(
-            "public", FastPath(self.public_app, settings.max_body_bytes, public_fast_routes), public_fast_routes
+            "public", FastPath(self.public_app, settings.max_body_bytes, fast_routes(public_routers))
         )
         # The ops listener (ops.listen): health, readiness, metrics, read at scrape time from here.
         self.sampled = metrics.Sampled(self._leads)
@@ -182,13 +161,13 @@ class Gateway:
         if setup is not None:
             setup(self)  # the operator's Python ([signals] setup): registers Handlers, may replace the runtime
 
-    def _observed(self, server: str, fast: FastPath, fast_routes: dict) -> ASGIApp:
+    def _observed(self, server: str, fast: FastPath) -> ASGIApp:
         """A server's app (behind its fast path) counted for /metrics (with an ops listener) and
         access-logged (``log.access``); neither costs anything when off."""
         count = self.settings.ops_listen is not None
         if not count and not self.settings.access_log:
             return fast
-        observed = Observed(fast, server, fast_routes=fast_routes, count=count, access_log=self.settings.access_log)
+        observed = Observed(fast, server, fast_routes=fast.routes, count=count, access_log=self.settings.access_log)
         if count:
             self.observers.append(observed)
         return observed
@@ -221,7 +200,7 @@ class Gateway:
             alive["webhooks"] = self.deliverer.running
         return alive
 
-    def _app(self, title: str, description: str, routers: list) -> FastAPI:
+    def _app(self, title: str, description: str, routers: list[Router]) -> FastAPI:
         app = create_app(title, description, routers, self.settings.max_body_bytes)
         app.state.gateway = self
         app.state.store = self.store

@@ -1,5 +1,8 @@
 """The fast path (http.fastpath): it answers exactly what the routes answer, or hands the request on.
 
+Each fast twin is declared on its route's router (``http.app.Router.fast``),
+and each server runs the twins of the routers it includes, none twice.
+
 A request the fast path hands on reaches the FastAPI route with its body. The
 comparisons below send each request twice: once plainly (the fast path takes
 it) and once in a form the fast path does not take but the route reads the
@@ -9,16 +12,22 @@ stray ``&`` in a query), so the route's own answer is the reference.
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
 import logging
+import pkgutil
 from typing import Any
 
 import httpx
 import orjson
 import pytest
+from starlette.routing import Match
 
-from agent_gateway import errors
+import agent_gateway
+from agent_gateway import config, errors
 from agent_gateway.auth import service as auth
 from agent_gateway.gateway import Gateway
+from agent_gateway.http.app import Router, fast_routes, router
 from agent_gateway.http.fastpath import FastPath
 from agent_gateway.users import service as users
 
@@ -193,6 +202,104 @@ async def test_a_path_not_of_the_template_goes_to_the_app(path: str, method: str
 def test_a_fast_route_has_at_most_one_parameter_and_it_is_a_whole_segment(path: str) -> None:
     with pytest.raises(ValueError, match="one path parameter"):
         FastPath(Inner(), 100, {("GET", path): echo})
+
+
+# --- each fast twin is declared on its route's router, and the gateway runs them all ----
+
+
+def test_a_twin_takes_its_method_and_path_from_its_route() -> None:
+    routes = router()
+
+    @routes.get("/r/{id}")
+    async def read(id: str) -> None: ...
+
+    @routes.fast(read)
+    async def fast_read(scope: Any, query: dict[str, str]) -> None: ...
+
+    assert routes.fast_routes == {("GET", "/r/{id}"): fast_read}
+
+
+def test_a_twin_of_anything_but_one_route_of_one_method_of_its_router_is_refused() -> None:
+    routes, others = router(), router()
+
+    @others.post("/r")
+    async def elsewhere() -> None: ...
+
+    @routes.api_route("/r", methods=["GET", "POST"])
+    async def both() -> None: ...
+
+    @routes.get("/once")
+    async def once() -> None: ...
+
+    async def undeclared() -> None: ...
+
+    with pytest.raises(ValueError, match="not the endpoint of one route of this router"):
+        routes.fast(elsewhere)
+    with pytest.raises(ValueError, match="not the endpoint of one route of this router"):
+        routes.fast(undeclared)
+    with pytest.raises(ValueError, match="more than one method"):
+        routes.fast(both)
+    routes.fast(once)(echo)
+    with pytest.raises(ValueError, match="already has a fast twin"):
+        routes.fast(once)
+    assert routes.fast_routes == {("GET", "/once"): echo}
+
+
+def test_two_routers_of_one_server_cannot_both_have_a_twin_for_one_method_and_path() -> None:
+    first, second = router(), router()
+    for routes in (first, second):
+
+        @routes.get("/r")
+        async def read() -> None: ...
+
+        routes.fast(read)(echo)
+    with pytest.raises(ValueError, match="GET /r has a fast twin on two routers of one server"):
+        fast_routes([first, second])
+
+
+def declared_routers(server: str) -> list[Router]:
+    """The ``agent`` or ``public`` router of every area's ``routes`` module."""
+    found = []
+    for area in pkgutil.iter_modules(agent_gateway.__path__):
+        if not area.ispkg:
+            continue
+        try:
+            module = importlib.import_module(f"agent_gateway.{area.name}.routes")
+        except ModuleNotFoundError:
+            continue
+        declared = getattr(module, server, None)
+        if isinstance(declared, Router):
+            found.append(declared)
+    return found
+
+
+def run_by(fast: FastPath) -> dict[tuple[str, str], Any]:
+    """What a fast path runs, its templated routes included, by method and path."""
+    return {**fast.routes, **{(template.method, template.path_format): template.handler for template in fast.templates}}
+
+
+@pytest.mark.parametrize("scheduler_agent_routes", [True, False])
+def test_each_server_runs_every_fast_twin_its_routers_declare_each_once(
+    settings: config.Settings, scheduler_agent_routes: bool
+) -> None:
+    gateway = Gateway(dataclasses.replace(settings, ops_listen=None, scheduler_agent_routes=scheduler_agent_routes))
+    for server, asgi, app in (
+        ("agent", gateway.agent_asgi, gateway.agent_app),
+        ("public", gateway.public_asgi, gateway.public_app),
+    ):
+        assert isinstance(asgi, FastPath)
+        declared = [router.fast_routes for router in declared_routers(server)]
+        run = run_by(asgi)
+        assert run == {route: handler for twins in declared for route, handler in twins.items()}
+        # No method and path has two twins on one server: nothing was overwritten in the merge.
+        assert len(run) == sum(len(twins) for twins in declared) > 0
+        for (method, path), handler in run.items():
+            scope = {"type": "http", "method": method, "path": path.replace("{seq}", "7"), "root_path": ""}
+            # The twin is what the fast path runs for a request of its route ...
+            found = asgi.routes.get((method, scope["path"])) or asgi._template(scope).handler  # type: ignore[union-attr]
+            assert found is handler
+            # ... which the server's app serves behind it.
+            assert any(route.matches(scope)[0] is Match.FULL for route in app.router.routes)
 
 
 # --- each fast route answers as its FastAPI route -----------------------------------

@@ -117,8 +117,9 @@ async def read_me(auth: Auth) -> Any:
     return json_response(auth.user.to_json())
 
 
+@public.fast(read_me)
 async def fast_read_me(scope: Scope, query: dict[str, str]) -> Answer | None:
-    """``GET /users/me`` with no query, on the fast path (``http.fastpath``)."""
+    """``read_me`` with no query, on the fast path (``http.fastpath``)."""
     if query:
         return None
     caller = await authenticated(Request(scope))

@@ -93,8 +93,9 @@ async def get_public(request: Request, _: Authenticated, seq: str) -> Any:
 # --- The fast path (http.fastpath) of the busiest routes ---------------------------
 
 
+@agent.fast(publish)
 async def fast_publish(scope: Scope, fields: dict[str, Any]) -> Answer | None:
-    """``POST /decisions`` with just a non-empty ``statement``."""
+    """``publish`` with just a non-empty ``statement``."""
     statement = fields.get("statement")
     if fields.keys() != {"statement"} or type(statement) is not str or not statement:
         return None
@@ -102,16 +103,18 @@ async def fast_publish(scope: Scope, fields: dict[str, Any]) -> Answer | None:
     return 201, jsontext.dumps(decision.to_json())
 
 
+@agent.fast(read_agent)
 async def fast_read_agent(scope: Scope, query: dict[str, str]) -> Answer | None:
-    """``GET /decisions`` on the Agent server with a plainly valid window."""
+    """``read_agent`` with a plainly valid window."""
     window = params.plain_window(query)
     if window is None:
         return None
     return 200, await _page(scope["app"].state.store, window)
 
 
+@public.fast(read_public)
 async def fast_read_public(scope: Scope, query: dict[str, str]) -> Answer | None:
-    """``GET /decisions`` on the Public server with a plainly valid window, for an authenticated caller."""
+    """``read_public`` with a plainly valid window, for an authenticated caller."""
     window = params.plain_window(query)
     if window is None:
         return None

@@ -1,15 +1,24 @@
-"""The two ASGI apps: each a FastAPI instance with the shared conventions installed."""
+"""The two ASGI apps: each a FastAPI instance with the shared conventions installed.
+
+Their routes are declared on :class:`Router`s (``router()``), which also carry
+the fast twins of their busiest routes (``http.fastpath``): a twin is attached
+to its route with ``@router.fast(endpoint)``, so the method and path are typed
+once, in the route's decorator, and the gateway collects the twins of the
+routers it includes (``fast_routes``).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from fastapi import APIRouter, FastAPI
+from fastapi.routing import APIRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agent_gateway import errors
 from agent_gateway.http import errors as http_errors
+from agent_gateway.http.fastpath import Handler, Route
 from agent_gateway.http.routing import StrictRoute, json_response
 
 
@@ -43,9 +52,52 @@ class BodyLimit:
         await self.app(scope, counting_receive, send)
 
 
-def router() -> APIRouter:
+class Router(APIRouter):
+    """A router whose routes follow the spec's cross-cutting rules, and may have fast twins."""
+
+    def __init__(self) -> None:
+        super().__init__(route_class=StrictRoute)
+        # The fast twins attached with ``fast``, by their route's method and path.
+        self.fast_routes: dict[Route, Handler] = {}
+
+    def method_and_path(self, endpoint: Callable[..., Any]) -> Route:
+        """The method and path of the one route of this router that ``endpoint`` answers."""
+        routes = [route for route in self.routes if isinstance(route, APIRoute) and route.endpoint is endpoint]
+        if len(routes) != 1:
+            raise ValueError(f"{endpoint.__qualname__} is not the endpoint of one route of this router")
+        route = routes[0]
+        if len(route.methods) != 1:
+            raise ValueError(f"the route of {endpoint.__qualname__} has more than one method")
+        (method,) = route.methods
+        return method, route.path
+
+    def fast(self, endpoint: Callable[..., Any]) -> Callable[[Handler], Handler]:
+        """Attach the decorated handler as the fast twin of ``endpoint``'s route (declared above it)."""
+        route = self.method_and_path(endpoint)
+        if route in self.fast_routes:
+            raise ValueError(f"{' '.join(route)} already has a fast twin")
+
+        def attach(handler: Handler) -> Handler:
+            self.fast_routes[route] = handler
+            return handler
+
+        return attach
+
+
+def router() -> Router:
     """A router whose routes follow the spec's cross-cutting rules."""
-    return APIRouter(route_class=StrictRoute)
+    return Router()
+
+
+def fast_routes(routers: Iterable[Router]) -> dict[Route, Handler]:
+    """The fast twins of ``routers``, the routers of one server: a route of a server has one twin at most."""
+    collected: dict[Route, Handler] = {}
+    for included in routers:
+        for route, handler in included.fast_routes.items():
+            if route in collected:
+                raise ValueError(f"{' '.join(route)} has a fast twin on two routers of one server")
+            collected[route] = handler
+    return collected
 
 
 def create_app(title: str, description: str, routers: Iterable[APIRouter], max_body_bytes: int) -> FastAPI:

@@ -20,6 +20,11 @@ FastAPI's routing does, so the request is counted under its template
 (``ops.observe``). Such routes are looked for only when no exact path is a
 fast route, so the busiest lookups stay one dict probe.
 
+A fast handler is declared beside its route, in the area's ``routes.py``, with
+``@router.fast(endpoint)`` (``http.app.Router``), which takes the method and
+path from the route; the gateway collects the handlers of the routers each
+server includes (``http.app.fast_routes``).
+
 An error the handler raises once it has begun (an unknown Token, a User
 nobody holds, the database gone) is answered as the route answers it
 (``http.errors.response_for``): the work is not tried a second time.
@@ -39,6 +44,8 @@ from agent_gateway.http import errors as http_errors
 
 # (status, JSON body) of an answer.
 Answer = tuple[int, bytes]
+# A route's method and path (its template), as declared on its router.
+Route = tuple[str, str]
 # A route's fast handler: the request's scope and its JSON object (POST) or query
 # parameters (GET); None hands the request to the route. A handler may also answer
 # with a response to run (a Message stream: FastAPI's layers would live as long as it).
@@ -85,10 +92,10 @@ class FastPath:
     Handlers find the FastAPI app in ``scope["app"]``, as routes do.
     """
 
-    def __init__(self, app: ASGIApp, limit: int, routes: Mapping[tuple[str, str], Handler]) -> None:
+    def __init__(self, app: ASGIApp, limit: int, routes: Mapping[Route, Handler]) -> None:
         self.app = app
         self.limit = limit
-        self.routes: dict[tuple[str, str], Handler] = {}
+        self.routes: dict[Route, Handler] = {}
         self.templates: list[Template] = []
         for (method, path), handler in routes.items():
             template = Template.parse(method, path, handler)

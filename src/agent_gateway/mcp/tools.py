@@ -27,14 +27,21 @@ from mcp import types
 from pydantic import BaseModel
 
 from agent_gateway import jsontext
+from agent_gateway.decisions import routes as decisions_routes
 from agent_gateway.decisions.routes import DecisionList, DecisionOut
+from agent_gateway.http.fastpath import Route
 from agent_gateway.mcp.delivery import RouteRequest, Sender, Unreachable
+from agent_gateway.messages import routes as messages_routes
 from agent_gateway.messages.routes import MessageList, MessageOut
+from agent_gateway.scheduler import routes as scheduler_routes
 from agent_gateway.scheduler.routes import PUT_BODY_SCHEMA, ScheduleList, ScheduleOut
+from agent_gateway.signals import routes as signals_routes
 from agent_gateway.signals.routes import RunList, RunOut, SignalList, SignalOut
+from agent_gateway.signatures import routes as signatures_routes
 from agent_gateway.signatures.routes import SignOut
 from agent_gateway.signatures.service import MAX_TYP_LENGTH, STATEMENT_TYP
 from agent_gateway.store import window as windows
+from agent_gateway.users import routes as users_routes
 from agent_gateway.users.routes import UserList, UserOut
 
 UUID_PATTERN = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
@@ -83,15 +90,16 @@ _EMPTY: dict[str, Any] = {"type": "object", "properties": {}, "additionalPropert
 class Tool:
     """One MCP tool and the route request it makes.
 
-    ``path`` names its path arguments in braces; ``query`` maps argument names to
-    query parameter names; every other argument goes in the JSON body as given.
+    ``route`` is the method and path of the route it calls, taken from the route's own
+    declaration (``http.app.Router.method_and_path``); the path names its path arguments
+    in braces. ``query`` maps argument names to query parameter names; every other
+    argument goes in the JSON body as given.
     """
 
     name: str
     title: str
     description: str
-    method: str
-    path: str
+    route: Route
     properties: Mapping[str, Mapping[str, Any]]
     output: type[BaseModel] | None  # None: the route answers 204, the tool {}
     required: tuple[str, ...] = ()
@@ -130,9 +138,10 @@ class Tool:
         for name in self.required:
             if name not in arguments:
                 raise ArgumentError(f"{name} is required")
-        path, raw_path, query, body = self.path, self.path, [], {}
+        method, template = self.route
+        path, raw_path, query, body = template, template, [], {}
         for name, value in arguments.items():
-            if "{" + name + "}" in self.path:
+            if "{" + name + "}" in template:
                 text = _url_text(name, value, self.properties[name])
                 path = path.replace("{" + name + "}", text)
                 raw_path = raw_path.replace("{" + name + "}", quote(text, safe=""))
@@ -140,8 +149,8 @@ class Tool:
                 query.append((self.query[name], _url_text(name, value, self.properties[name])))
             else:
                 body[name] = value
-        content = jsontext.dumps(body) if self.method in ("POST", "PUT") else None
-        return RouteRequest(self.method, path, raw_path, urlencode(query), content)
+        content = jsontext.dumps(body) if method in ("POST", "PUT") else None
+        return RouteRequest(method, path, raw_path, urlencode(query), content)
 
 
 class ArgumentError(Exception):
@@ -171,8 +180,7 @@ TOOLS: tuple[Tool, ...] = (
             "recorded (a concurrent write to that User's log won the numbering race): sending it again is "
             "correct."
         ),
-        method="POST",
-        path="/messages",
+        route=messages_routes.agent.method_and_path(messages_routes.send),
         properties={
             "userId": _uuid("UUID of the User whose log receives the Message"),
             "text": {"type": "string", "minLength": 1, "description": "the Message, any non-empty text"},
@@ -190,8 +198,7 @@ TOOLS: tuple[Tool, ...] = (
             "Messages interleaved, numbered by seq in that User's log." + _WINDOW_NOTE + " A well-formed id "
             "nobody holds reads as an empty log."
         ),
-        method="GET",
-        path="/messages",
+        route=messages_routes.agent.method_and_path(messages_routes.read_log),
         properties={"userId": _uuid("UUID of the User whose log is read"), "after": _AFTER, "before": _BEFORE, "limit": _LIMIT},
         required=("userId",),
         query={"userId": "user", "after": "after", "before": "before", "limit": "limit"},
@@ -207,8 +214,7 @@ TOOLS: tuple[Tool, ...] = (
             "anyone with the public key can read and verify it, and nothing retracts it. To sign without "
             "publishing, use sign_statement."
         ),
-        method="POST",
-        path="/decisions",
+        route=decisions_routes.agent.method_and_path(decisions_routes.publish),
         properties={"statement": {"type": "string", "minLength": 1, "description": "what is decided, non-empty"}},
         required=("statement",),
         output=DecisionOut,
@@ -222,8 +228,7 @@ TOOLS: tuple[Tool, ...] = (
             "Read a window of the one global Decision log; every reader sees the same records in the same "
             "order. Gaps in seq are expected and mean nothing." + _WINDOW_NOTE
         ),
-        method="GET",
-        path="/decisions",
+        route=decisions_routes.agent.method_and_path(decisions_routes.read_agent),
         properties={"after": _AFTER, "before": _BEFORE, "limit": _LIMIT},
         query={"after": "after", "before": "before", "limit": "limit"},
         output=DecisionList,
@@ -232,8 +237,7 @@ TOOLS: tuple[Tool, ...] = (
         name="get_decision",
         title="Read one Decision",
         description="Read the Decision numbered seq. Error 404: no Decision has that number (not evidence of a withheld one).",
-        method="GET",
-        path="/decisions/{seq}",
+        route=decisions_routes.agent.method_and_path(decisions_routes.get_agent),
         properties={"seq": {"type": "integer", "minimum": 1, "maximum": 2**31 - 1, "description": "the Decision's number"}},
         required=("seq",),
         output=DecisionOut,
@@ -246,8 +250,7 @@ TOOLS: tuple[Tool, ...] = (
             "no number, no timestamp). A signed Statement is stored nowhere and numbered by nothing: keep "
             "the jws if it matters. Anyone can verify it against the public key."
         ),
-        method="POST",
-        path="/sign",
+        route=signatures_routes.agent.method_and_path(signatures_routes.sign),
         properties={
             "statement": {"type": "string", "minLength": 1, "description": "what to sign, non-empty"},
             "typ": {
@@ -274,8 +277,7 @@ TOOLS: tuple[Tool, ...] = (
             "Error 400: an invalid definition (a once already past, a cron whose until is at or before its "
             "next occurrence, a bad expr or tz); nothing was stored."
         ),
-        method="PUT",
-        path="/schedules/{name}",
+        route=scheduler_routes.agent.method_and_path(scheduler_routes.put_schedule),
         properties={"name": _SCHEDULE_NAME, **PUT_BODY_SCHEMA["properties"]},
         required=("name", "spec"),
         output=ScheduleOut,
@@ -286,8 +288,7 @@ TOOLS: tuple[Tool, ...] = (
         name="get_schedule",
         title="Read one Schedule",
         description="Read the live Schedule name. Error 404: no live Schedule has that name (spent and cancelled ones are gone).",
-        method="GET",
-        path="/schedules/{name}",
+        route=scheduler_routes.agent.method_and_path(scheduler_routes.get_schedule),
         properties={"name": _SCHEDULE_NAME},
         required=("name",),
         output=ScheduleOut,
@@ -299,8 +300,7 @@ TOOLS: tuple[Tool, ...] = (
             "Cancel the live Schedule name: all its future fires stop. Answers {}. "
             "Error 404: no live Schedule has that name; nothing changed."
         ),
-        method="DELETE",
-        path="/schedules/{name}",
+        route=scheduler_routes.agent.method_and_path(scheduler_routes.delete_schedule),
         properties={"name": _SCHEDULE_NAME},
         required=("name",),
         output=None,
@@ -312,8 +312,7 @@ TOOLS: tuple[Tool, ...] = (
         name="list_schedules",
         title="List Schedules",
         description="List the live Schedules, soonest nextFireAt first (ties by name); no cursor.",
-        method="GET",
-        path="/schedules",
+        route=scheduler_routes.agent.method_and_path(scheduler_routes.list_schedules),
         properties={"limit": _LIMIT},
         query={"limit": "limit"},
         output=ScheduleList,
@@ -325,8 +324,7 @@ TOOLS: tuple[Tool, ...] = (
             "Read the User id: its id, createdAt and the attributes the operator set for it (grouping and "
             "authorization live there). Error 404: no User has that id."
         ),
-        method="GET",
-        path="/users/{id}",
+        route=users_routes.agent.method_and_path(users_routes.get_user),
         properties={"id": _uuid("the User's id")},
         required=("id",),
         output=UserOut,
@@ -335,8 +333,7 @@ TOOLS: tuple[Tool, ...] = (
         name="list_users",
         title="List Users",
         description="List Users, newest first; no cursor or search (Users past the limit are not reachable).",
-        method="GET",
-        path="/users",
+        route=users_routes.agent.method_and_path(users_routes.list_users),
         properties={"limit": _LIMIT},
         query={"limit": "limit"},
         output=UserList,
@@ -348,8 +345,7 @@ TOOLS: tuple[Tool, ...] = (
             "Read the Run id: the Prompt one Signal's Handler wrote, its Session, state (pending, running, "
             "done, failed), error and times. Error 404: no Run has that id."
         ),
-        method="GET",
-        path="/runs/{id}",
+        route=signals_routes.agent.method_and_path(signals_routes.get_run),
         properties={"id": _uuid("the Run's id")},
         required=("id",),
         output=RunOut,
@@ -358,8 +354,7 @@ TOOLS: tuple[Tool, ...] = (
         name="list_runs",
         title="List Runs",
         description="List Runs, newest first by startedAt (Runs not started yet first), optionally only those of one Signal; no cursor.",
-        method="GET",
-        path="/runs",
+        route=signals_routes.agent.method_and_path(signals_routes.list_runs),
         properties={"limit": _LIMIT, "signalId": _uuid("only the Runs of this Signal")},
         query={"limit": "limit", "signalId": "signalId"},
         output=RunList,
@@ -371,8 +366,7 @@ TOOLS: tuple[Tool, ...] = (
             "Read the Signal id: its kind, payload (exactly as its producer wrote it), emittedAt, state "
             "(pending, processing, done, failed) and error. Error 404: no Signal has that id."
         ),
-        method="GET",
-        path="/signals/{id}",
+        route=signals_routes.agent.method_and_path(signals_routes.get_signal),
         properties={"id": _uuid("the Signal's id")},
         required=("id",),
         output=SignalOut,
@@ -381,8 +375,7 @@ TOOLS: tuple[Tool, ...] = (
         name="list_signals",
         title="List Signals",
         description="List Signals, newest first, optionally only those of one kind; no cursor.",
-        method="GET",
-        path="/signals",
+        route=signals_routes.agent.method_and_path(signals_routes.list_signals),
         properties={"limit": _LIMIT, "kind": {"type": "string", "description": "only Signals of this kind"}},
         query={"limit": "limit", "kind": "kind"},
         output=SignalList,

@@ -126,8 +126,9 @@ async def receive(request: Request, caller: Caller, body: InboundIn) -> Any:
 # --- The fast path (http.fastpath) of the busiest routes ---------------------------
 
 
+@agent.fast(read_log)
 async def fast_read_log(scope: Scope, query: dict[str, str]) -> Answer | None:
-    """Agent ``GET /messages`` with a plainly valid ``user`` and window."""
+    """``read_log`` with a plainly valid ``user`` and window."""
     window = params.plain_window(query, also=frozenset({"user"}))
     if window is None or not params.is_uuid(query.get("user")):
         return None
@@ -135,8 +136,9 @@ async def fast_read_log(scope: Scope, query: dict[str, str]) -> Answer | None:
     return 200, _page(messages)
 
 
+@agent.fast(send)
 async def fast_send(scope: Scope, fields: dict[str, Any]) -> Answer | None:
-    """Agent ``POST /messages`` with just a UUID ``userId`` and a non-empty ``text``."""
+    """``send`` with just a UUID ``userId`` and a non-empty ``text``."""
     user_id, text = fields.get("userId"), fields.get("text")
     if fields.keys() != {"userId", "text"} or not params.is_uuid(user_id) or type(text) is not str or not text:
         return None
@@ -144,8 +146,9 @@ async def fast_send(scope: Scope, fields: dict[str, Any]) -> Answer | None:
     return 201, jsontext.dumps(message.to_json())
 
 
+@public.fast(read_own_log)
 async def fast_read_own_log(scope: Scope, query: dict[str, str]) -> Answer | None:
-    """Public ``GET /messages`` with a plainly valid window, for an authenticated caller."""
+    """``read_own_log`` with a plainly valid window, for an authenticated caller."""
     window = params.plain_window(query)
     if window is None:
         return None
@@ -153,8 +156,9 @@ async def fast_read_own_log(scope: Scope, query: dict[str, str]) -> Answer | Non
     return 200, _page(await service.read(scope["app"].state.store, caller.user.id, window))
 
 
+@public.fast(receive)
 async def fast_receive(scope: Scope, fields: dict[str, Any]) -> Answer | None:
-    """Public ``POST /messages`` with just a non-empty ``text``, for an authenticated caller."""
+    """``receive`` with just a non-empty ``text``, for an authenticated caller."""
     text = fields.get("text")
     if fields.keys() != {"text"} or type(text) is not str or not text:
         return None

@@ -67,8 +67,9 @@ class _Series:
 class Observed:
     """Counts (``count``) and logs (``access_log``) every request ``app`` answers, as ``server``.
 
-    ``fast_routes`` are the (method, path) pairs the fast path answers: an exact path is its own
-    template (the fast path leaves a templated route in ``scope["route"]``, as FastAPI does).
+    ``fast_routes`` are the (method, path) pairs the fast path answers by their exact path (the
+    gateway gives ``FastPath.routes``): such a path is its own template (the fast path leaves a
+    templated route in ``scope["route"]``, as FastAPI does, so it need not be given).
     """
 
     def __init__(

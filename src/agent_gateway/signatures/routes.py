@@ -61,8 +61,9 @@ async def sign(request: Request, body: SignIn) -> Any:
     return json_response({"jws": service.sign_statement(request.app.state.identity, body.statement, body.typ)})
 
 
+@agent.fast(sign)
 async def fast_sign(scope: Scope, fields: dict[str, Any]) -> Answer | None:
-    """``POST /sign`` on the fast path (``http.fastpath``): just a ``statement`` and maybe a ``typ``."""
+    """``sign`` on the fast path (``http.fastpath``): just a ``statement`` and maybe a ``typ``."""
     if not fields.keys() <= {"statement", "typ"}:
         return None
     statement, typ = fields.get("statement"), fields.get("typ", service.STATEMENT_TYP)

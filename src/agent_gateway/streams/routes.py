@@ -85,6 +85,7 @@ def _any_log(request: Request, user: str | None, after: str | None, last_event_i
     return _open(request, user_id, _start(after, last_event_id))
 
 
+@agent.fast(follow_log)
 async def fast_follow_log(scope: Scope, query: dict[str, str]) -> MessageStream | None:
     """The Agent server's stream on the fast path (module doc)."""
     if query.keys() - {"user", "after"}:
@@ -108,6 +109,7 @@ async def follow_own_log(request: Request, caller: Caller, after: AfterQuery = N
     return _own_log(request, caller, _start(after, last_event_id))
 
 
+@public.fast(follow_own_log)
 async def fast_follow_own_log(scope: Scope, query: dict[str, str]) -> MessageStream | None:
     """The Public server's stream on the fast path (module doc)."""
     if query.keys() - {"after"}:

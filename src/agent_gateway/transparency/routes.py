@@ -143,21 +143,25 @@ async def _fast_consistency(scope: Scope, query: dict[str, str], *, public: bool
     return 200, jsontext.dumps(await _consistency(scope["app"].state.store, old, new))
 
 
+@agent.fast(proof_agent)
 async def fast_proof_agent(scope: Scope, query: dict[str, str]) -> Answer | None:
-    """``GET /decisions/{seq}/proof`` on the Agent server."""
+    """``proof_agent`` on the fast path."""
     return await _fast_proof(scope, query, public=False)
 
 
+@public.fast(proof_public)
 async def fast_proof_public(scope: Scope, query: dict[str, str]) -> Answer | None:
-    """``GET /decisions/{seq}/proof`` on the Public server."""
+    """``proof_public`` on the fast path."""
     return await _fast_proof(scope, query, public=True)
 
 
+@agent.fast(consistency_agent)
 async def fast_consistency_agent(scope: Scope, query: dict[str, str]) -> Answer | None:
-    """``GET /checkpoint/consistency`` on the Agent server."""
+    """``consistency_agent`` on the fast path."""
     return await _fast_consistency(scope, query, public=False)
 
 
+@public.fast(consistency_public)
 async def fast_consistency_public(scope: Scope, query: dict[str, str]) -> Answer | None:
-    """``GET /checkpoint/consistency`` on the Public server."""
+    """``consistency_public`` on the fast path."""
     return await _fast_consistency(scope, query, public=True)
