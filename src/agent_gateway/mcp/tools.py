@@ -24,18 +24,14 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 from mcp import types
-from pydantic import BaseModel
+from pydantic import BaseModel, TypeAdapter
 
-from agent_gateway import jsontext
-from agent_gateway.decisions.routes import DecisionList, DecisionOut
+from agent_gateway import jsontext, records
 from agent_gateway.mcp.delivery import RouteRequest, Sender, Unreachable
-from agent_gateway.messages.routes import MessageList, MessageOut
-from agent_gateway.scheduler.routes import PUT_BODY_SCHEMA, ScheduleList, ScheduleOut
-from agent_gateway.signals.routes import RunList, RunOut, SignalList, SignalOut
+from agent_gateway.scheduler.routes import PUT_BODY_SCHEMA
 from agent_gateway.signatures.routes import SignOut
 from agent_gateway.signatures.service import MAX_TYP_LENGTH, STATEMENT_TYP
 from agent_gateway.store import window as windows
-from agent_gateway.users.routes import UserList, UserOut
 
 UUID_PATTERN = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
 SCHEDULE_NAME_PATTERN = "^[A-Za-z0-9._-]{1,128}$"
@@ -93,7 +89,7 @@ class Tool:
     method: str
     path: str
     properties: Mapping[str, Mapping[str, Any]]
-    output: type[BaseModel] | None  # None: the route answers 204, the tool {}
+    output: type[Any] | None  # a record (records.py) or a model; None: the route answers 204, the tool {}
     required: tuple[str, ...] = ()
     query: Mapping[str, str] = dataclasses.field(default_factory=dict)
     read_only: bool = True
@@ -112,7 +108,7 @@ class Tool:
                 "required": list(self.required),
                 "additionalProperties": False,
             },
-            output_schema=_EMPTY if self.output is None else self.output.model_json_schema(),
+            output_schema=_EMPTY if self.output is None else TypeAdapter(self.output).json_schema(),
             annotations=types.ToolAnnotations(
                 title=self.title,
                 read_only_hint=self.read_only,
@@ -178,7 +174,7 @@ TOOLS: tuple[Tool, ...] = (
             "text": {"type": "string", "minLength": 1, "description": "the Message, any non-empty text"},
         },
         required=("userId", "text"),
-        output=MessageOut,
+        output=records.Message,
         read_only=False,
         idempotent=False,
     ),
@@ -195,7 +191,7 @@ TOOLS: tuple[Tool, ...] = (
         properties={"userId": _uuid("UUID of the User whose log is read"), "after": _AFTER, "before": _BEFORE, "limit": _LIMIT},
         required=("userId",),
         query={"userId": "user", "after": "after", "before": "before", "limit": "limit"},
-        output=MessageList,
+        output=records.MessageList,
     ),
     Tool(
         name="publish_decision",
@@ -211,7 +207,7 @@ TOOLS: tuple[Tool, ...] = (
         path="/decisions",
         properties={"statement": {"type": "string", "minLength": 1, "description": "what is decided, non-empty"}},
         required=("statement",),
-        output=DecisionOut,
+        output=records.Decision,
         read_only=False,
         idempotent=False,
     ),
@@ -226,7 +222,7 @@ TOOLS: tuple[Tool, ...] = (
         path="/decisions",
         properties={"after": _AFTER, "before": _BEFORE, "limit": _LIMIT},
         query={"after": "after", "before": "before", "limit": "limit"},
-        output=DecisionList,
+        output=records.DecisionList,
     ),
     Tool(
         name="get_decision",
@@ -236,7 +232,7 @@ TOOLS: tuple[Tool, ...] = (
         path="/decisions/{seq}",
         properties={"seq": {"type": "integer", "minimum": 1, "maximum": 2**31 - 1, "description": "the Decision's number"}},
         required=("seq",),
-        output=DecisionOut,
+        output=records.Decision,
     ),
     Tool(
         name="sign_statement",
@@ -278,7 +274,7 @@ TOOLS: tuple[Tool, ...] = (
         path="/schedules/{name}",
         properties={"name": _SCHEDULE_NAME, **PUT_BODY_SCHEMA["properties"]},
         required=("name", "spec"),
-        output=ScheduleOut,
+        output=records.Schedule,
         read_only=False,
         destructive=True,  # replaces a live Schedule of the same name
     ),
@@ -290,7 +286,7 @@ TOOLS: tuple[Tool, ...] = (
         path="/schedules/{name}",
         properties={"name": _SCHEDULE_NAME},
         required=("name",),
-        output=ScheduleOut,
+        output=records.Schedule,
     ),
     Tool(
         name="delete_schedule",
@@ -316,7 +312,7 @@ TOOLS: tuple[Tool, ...] = (
         path="/schedules",
         properties={"limit": _LIMIT},
         query={"limit": "limit"},
-        output=ScheduleList,
+        output=records.ScheduleList,
     ),
     Tool(
         name="get_user",
@@ -329,7 +325,7 @@ TOOLS: tuple[Tool, ...] = (
         path="/users/{id}",
         properties={"id": _uuid("the User's id")},
         required=("id",),
-        output=UserOut,
+        output=records.User,
     ),
     Tool(
         name="list_users",
@@ -339,7 +335,7 @@ TOOLS: tuple[Tool, ...] = (
         path="/users",
         properties={"limit": _LIMIT},
         query={"limit": "limit"},
-        output=UserList,
+        output=records.UserList,
     ),
     Tool(
         name="get_run",
@@ -352,7 +348,7 @@ TOOLS: tuple[Tool, ...] = (
         path="/runs/{id}",
         properties={"id": _uuid("the Run's id")},
         required=("id",),
-        output=RunOut,
+        output=records.Run,
     ),
     Tool(
         name="list_runs",
@@ -362,7 +358,7 @@ TOOLS: tuple[Tool, ...] = (
         path="/runs",
         properties={"limit": _LIMIT, "signalId": _uuid("only the Runs of this Signal")},
         query={"limit": "limit", "signalId": "signalId"},
-        output=RunList,
+        output=records.RunList,
     ),
     Tool(
         name="get_signal",
@@ -375,7 +371,7 @@ TOOLS: tuple[Tool, ...] = (
         path="/signals/{id}",
         properties={"id": _uuid("the Signal's id")},
         required=("id",),
-        output=SignalOut,
+        output=records.Signal,
     ),
     Tool(
         name="list_signals",
@@ -385,7 +381,7 @@ TOOLS: tuple[Tool, ...] = (
         path="/signals",
         properties={"limit": _LIMIT, "kind": {"type": "string", "description": "only Signals of this kind"}},
         query={"limit": "limit", "kind": "kind"},
-        output=SignalList,
+        output=records.SignalList,
     ),
 )
 
