@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 from datetime import timedelta
-from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from agent_gateway import clock
+from agent_gateway import clock, records
 from agent_gateway.auth import passwords, tokens
 from agent_gateway.auth.schemes import AuthenticationFailed
 from agent_gateway.config import ScryptCost
@@ -43,7 +42,7 @@ class IssuedToken:
     expires_at: str
     user: User
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> records.Token:
         return {"token": self.token, "expiresAt": self.expires_at, "user": self.user.to_json()}
 
 
