@@ -17,7 +17,10 @@ class InvalidInput(GatewayError):
 
 
 class AuthenticationFailed(GatewayError):
-    """Authentication failed."""
+    """authentication failed"""
+
+    # One undifferentiated failure (spec: Authentication): every cause, from
+    # every scheme, is this class with this message.
 
 
 class NotFound(GatewayError):
