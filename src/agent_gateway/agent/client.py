@@ -29,6 +29,8 @@ TIMEOUT_S = 30.0
 T = TypeVar("T")
 
 
+# Not an errors.GatewayError: the kit stays on its side of the boundary (it imports
+# records.py alone), and this is an answer a client received, with its own status.
 class AgentError(Exception):
     """The Agent server refused a call (``status_code``, ``error``, ``message``: the spec's error body), or could not be reached (``status_code`` None)."""
 

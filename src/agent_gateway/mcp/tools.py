@@ -26,7 +26,7 @@ from urllib.parse import quote, urlencode
 from mcp import types
 from pydantic import BaseModel, TypeAdapter
 
-from agent_gateway import jsontext, records
+from agent_gateway import errors, jsontext, records
 from agent_gateway.mcp.delivery import RouteRequest, Sender, Unreachable
 from agent_gateway.scheduler.routes import PUT_BODY_SCHEMA
 from agent_gateway.signatures.routes import SignOut
@@ -140,7 +140,7 @@ class Tool:
         return RouteRequest(self.method, path, raw_path, urlencode(query), content)
 
 
-class ArgumentError(Exception):
+class ArgumentError(errors.GatewayError):
     """A call no route could be given: the tool answers it as an error, nothing is sent."""
 
 

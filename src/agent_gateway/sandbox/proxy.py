@@ -26,6 +26,7 @@ import socket
 from collections.abc import Iterable
 from urllib.parse import urlsplit
 
+from agent_gateway import errors
 from agent_gateway.config import Address
 from agent_gateway.ops import metrics
 from agent_gateway.sandbox.relay import splice
@@ -40,7 +41,7 @@ _HOP_BY_HOP = (b"proxy-connection", b"proxy-authorization", b"connection", b"kee
 logger = logging.getLogger(__name__)
 
 
-class EgressRefused(Exception):
+class EgressRefused(errors.GatewayError):
     """The agent's request may not go out; the message says why (and names the host only)."""
 
 

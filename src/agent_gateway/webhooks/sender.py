@@ -21,10 +21,12 @@ import socket
 
 import httpx
 
+from agent_gateway import errors
+
 MAX_RESPONSE_BYTES = 64 * 1024
 
 
-class EndpointRefused(Exception):
+class EndpointRefused(errors.GatewayError):
     """The endpoint's address is not one the gateway sends to; the message says why."""
 
 
