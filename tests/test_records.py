@@ -64,7 +64,7 @@ def test_each_list_wraps_its_record() -> None:
         records.UserList: records.User,
     }
     for wrapper, record in lists.items():
-        ((name, annotation),) = wrapper.__annotations__.items()
+        ((_, annotation),) = wrapper.__annotations__.items()
         assert annotation == list[record], wrapper.__name__
 
 

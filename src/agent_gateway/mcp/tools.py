@@ -24,7 +24,7 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 from mcp import types
-from pydantic import BaseModel, TypeAdapter
+from pydantic import TypeAdapter
 
 from agent_gateway import errors, jsontext, records
 from agent_gateway.mcp.delivery import RouteRequest, Sender, Unreachable
