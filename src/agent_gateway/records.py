@@ -4,14 +4,13 @@ The agent kit (``agent_gateway.agent``) types what the Agent server answers
 with these; the routes declare them as their responses (and so the
 ``/openapi.json`` schemas); the store's rows say, by ``to_json()``'s return
 type, that they produce them. The kit runs inside the sandbox without the
-server, so this module imports nothing of the gateway and nothing beyond the
-standard library's typing, as backported.
+server, so this module imports nothing of the gateway: only typing.
 """
 
 from typing import Any
 
-# typing_extensions' TypedDict, not typing's: before Python 3.12 pydantic reads
-# only that one's fields (for the routes' OpenAPI schemas). It is typing's
+# typing_extensions' TypedDict, not typing's: before Python 3.12 pydantic refuses
+# typing's (it builds the routes' OpenAPI schemas from these). It is typing's
 # backport, which the kit has anyway (httpx needs it, through anyio).
 from typing_extensions import TypedDict
 
