@@ -209,7 +209,7 @@ def anchor(method: str, path: str) -> str:
 
 
 def type_name(schema: dict[str, Any], schemas: dict[str, Any]) -> str:
-    """A JSON Schema as a short readable type: ``string``, ``array of DecisionOut``, a link to a schema."""
+    """A JSON Schema as a short readable type: ``string``, ``array of Decision``, a link to a schema."""
     if "$ref" in schema:
         name = schema["$ref"].rsplit("/", 1)[-1]
         return f"[{name}](#schema-{name.lower()})"

@@ -24,6 +24,8 @@ from typing import Any
 
 import orjson
 
+from agent_gateway import errors
+
 ENV_PREFIX = "AGENT_GATEWAY_"
 CONFIG_ENV = "AGENT_GATEWAY_CONFIG"
 # The scheduler's timer cannot sleep past 2^31-1 ms (24.85 days).
@@ -48,7 +50,7 @@ _WEBHOOK_KEYS = frozenset({"url", "events", "secret_file", "secret_env", "allow_
 _WEBHOOK_SECRET = re.compile(r"whsec_([A-Za-z0-9+/]+={0,2})")
 
 
-class SettingsError(Exception):
+class SettingsError(errors.GatewayError):
     """A setting is missing or invalid; the message names it."""
 
 

@@ -1,11 +1,16 @@
-"""The gateway's errors. Services raise these; ``http/errors.py`` maps each class to a status once."""
+"""The gateway's errors: :class:`GatewayError`, the root every area's errors derive from, and those with a status.
+
+Services raise these; ``http/errors.py`` maps each class to a status once (a
+route's error without one is a 500 that says its message).
+"""
 
 
 class GatewayError(Exception):
     """Something the gateway refuses to do."""
 
     def __init__(self, message: str | None = None) -> None:
-        super().__init__(message or self.__doc__ or self.__class__.__name__)
+        # An empty message is kept: a Run's error is the agent's text, whatever it is.
+        super().__init__((self.__doc__ or self.__class__.__name__) if message is None else message)
 
     @property
     def message(self) -> str:
@@ -17,7 +22,10 @@ class InvalidInput(GatewayError):
 
 
 class AuthenticationFailed(GatewayError):
-    """Authentication failed."""
+    """authentication failed"""
+
+    # One undifferentiated failure (spec: Authentication): every cause, from
+    # every scheme, is this class with this message.
 
 
 class NotFound(GatewayError):

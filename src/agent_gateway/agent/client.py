@@ -3,7 +3,9 @@
 Each operation is described once (a :class:`_Call`: method, path, query,
 body, and what a success answers); the two clients only differ in how they
 send it. Every refusal, and a server that cannot be reached, raises
-:class:`AgentError` carrying the spec's error body.
+:class:`AgentError` carrying the spec's error body. What a call answers is
+typed by the record shapes the routes themselves declare
+(:mod:`agent_gateway.records`).
 """
 
 from __future__ import annotations
@@ -11,10 +13,15 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Callable
-from typing import Any, Generic, TypedDict, TypeVar
+from typing import Any, Generic, TypeVar
 from urllib.parse import quote
 
 import httpx
+
+from agent_gateway.records import Decision, Message, Schedule, Signal, User
+# A Run record is a RunRecord here: in the kit ``Run`` names the Run handed to
+# ``handle`` (serve.py), which every agent program imports by that name.
+from agent_gateway.records import Run as RunRecord
 
 URL_ENV = "AGENT_SERVER_URL"
 TIMEOUT_S = 30.0
@@ -22,56 +29,8 @@ TIMEOUT_S = 30.0
 T = TypeVar("T")
 
 
-class Message(TypedDict):
-    id: str
-    userId: str
-    direction: str
-    seq: int
-    text: str
-    createdAt: str
-
-
-class Decision(TypedDict):
-    seq: int
-    statement: str
-    jws: str
-    createdAt: str
-
-
-class Schedule(TypedDict):
-    name: str
-    spec: dict[str, Any]
-    data: Any
-    until: str | None
-    nextFireAt: str
-
-
-class Signal(TypedDict):
-    id: str
-    kind: str
-    payload: Any
-    emittedAt: str
-    state: str
-    error: str | None
-
-
-class RunRecord(TypedDict):
-    id: str
-    signalId: str
-    session: str | None
-    prompt: str
-    state: str
-    error: str | None
-    startedAt: str | None
-    endedAt: str | None
-
-
-class User(TypedDict):
-    id: str
-    attributes: Any
-    createdAt: str
-
-
+# Not an errors.GatewayError: the kit stays on its side of the boundary (it imports
+# records.py alone), and this is an answer a client received, with its own status.
 class AgentError(Exception):
     """The Agent server refused a call (``status_code``, ``error``, ``message``: the spec's error body), or could not be reached (``status_code`` None)."""
 

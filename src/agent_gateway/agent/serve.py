@@ -31,7 +31,12 @@ Handle = Union[Callable[["Run", Client], Any], Callable[["Run", AsyncClient], Aw
 
 @dataclasses.dataclass(frozen=True)
 class Run:
-    """The Run handed to the agent: its id, Signal, Session and Prompt."""
+    """The Run handed to the agent: its id, Signal, Session and Prompt.
+
+    The same Run as a :class:`~agent_gateway.records.Run` record (the kit's
+    ``RunRecord``), seen from inside: only what the gateway hands over to start
+    it, as attributes, since its state and times are still being written.
+    """
 
     id: str
     signal_id: str

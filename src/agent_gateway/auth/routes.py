@@ -9,14 +9,13 @@ from starlette.responses import Response
 from starlette.types import Scope
 from pydantic import BaseModel, ConfigDict, Field
 
-from agent_gateway import jsontext
+from agent_gateway import jsontext, records
 from agent_gateway.auth import service, tokens
 from agent_gateway.auth.schemes import Authenticated, authenticated
 from agent_gateway.http import params
 from agent_gateway.http.fastpath import Answer
 from agent_gateway.http.app import router as new_router
 from agent_gateway.http.routing import error_responses, json_response, no_content
-from agent_gateway.users.routes import UserOut
 
 # Characters (code points), not bytes: DESIGN, "Points the spec leaves open".
 MAX_PASSWORD_CHARS = 1024
@@ -29,12 +28,6 @@ class LoginIn(BaseModel):
 
     user: str = Field(description="the User's id (UUID)")
     password: Password
-
-
-class TokenOut(BaseModel):
-    token: str
-    expiresAt: str
-    user: UserOut
 
 
 class PasswordChangeIn(BaseModel):
@@ -52,7 +45,7 @@ Auth = Annotated[Authenticated, Depends(authenticated)]
 @public.post(
     "/auth/tokens",
     status_code=201,
-    responses={201: {"model": TokenOut}, **error_responses(401)},
+    responses={201: {"model": records.Token}, **error_responses(401)},
     summary="Log in: a bearer Token for a User's id and password",
 )
 async def log_in(request: Request, body: Annotated[LoginIn, Body()]) -> Any:
@@ -110,7 +103,7 @@ async def revoke_current_token(request: Request, auth: Auth) -> Response:
 
 @public.get(
     "/users/me",
-    responses={200: {"model": UserOut}, **error_responses(401)},
+    responses={200: {"model": records.User}, **error_responses(401)},
     summary="The authenticated User, Attributes included",
 )
 async def read_me(auth: Auth) -> Any:

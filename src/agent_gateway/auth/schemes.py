@@ -18,16 +18,6 @@ from fastapi import Request
 from agent_gateway import errors
 from agent_gateway.store.users import User
 
-FAILURE_MESSAGE = "authentication failed"
-
-
-class AuthenticationFailed(errors.AuthenticationFailed):
-    """authentication failed"""
-
-    def __init__(self) -> None:
-        super().__init__(FAILURE_MESSAGE)
-
-
 @dataclasses.dataclass(frozen=True)
 class Authenticated:
     """Who a request acts as, and how it proved it."""
@@ -50,4 +40,4 @@ async def authenticated(request: Request) -> Authenticated:
         result = await scheme.authenticate(request)
         if result is not None:
             return result
-    raise AuthenticationFailed()
+    raise errors.AuthenticationFailed()

@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 from datetime import timedelta
-from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from agent_gateway import clock
+from agent_gateway import clock, errors, records
 from agent_gateway.auth import passwords, tokens
-from agent_gateway.auth.schemes import AuthenticationFailed
 from agent_gateway.config import ScryptCost
 from agent_gateway.store import passwords as password_queries
 from agent_gateway.store import tokens as token_queries
@@ -43,7 +41,7 @@ class IssuedToken:
     expires_at: str
     user: User
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> records.Token:
         return {"token": self.token, "expiresAt": self.expires_at, "user": self.user.to_json()}
 
 
@@ -65,14 +63,14 @@ async def log_in(store: Store, user_id: str, password: str, *, cost: ScryptCost,
     """``POST /auth/tokens``: a new Token for ``user_id`` if ``password`` is that User's.
 
     An id nobody holds, a User with no password and a wrong password all
-    spend one derivation and raise the same ``AuthenticationFailed``
+    spend one derivation and raise the same ``errors.AuthenticationFailed``
     (Authentication 6, Route semantics 10). The Token expires ``ttl_ms``
     after now; nothing renews it.
     """
     async with store.read() as conn:
         found = await password_queries.user_and_digest(conn, id=user_id)
     if not await passwords.verify(password, found[1] if found else None, cost):
-        raise AuthenticationFailed()
+        raise errors.AuthenticationFailed()
     assert found is not None
     async with store.transaction() as conn:
         return await _issue(conn, found[0], ttl_ms)
@@ -82,7 +80,7 @@ async def change_password(store: Store, user_id: str, current: str, new: str, *,
     """``PUT /auth/password``: replace the password after proving the current one.
 
     Revokes nothing (Route semantics 9). A wrong ``current``, or a User with
-    no password, raises ``AuthenticationFailed``; so does a rotation that
+    no password, raises ``errors.AuthenticationFailed``; so does a rotation that
     another one overtook after ``current`` was checked, since what was proven
     is no longer the stored password.
     """
@@ -90,12 +88,12 @@ async def change_password(store: Store, user_id: str, current: str, new: str, *,
         found = await password_queries.user_and_digest(conn, id=user_id)
     previous = found[1] if found else None
     if not await passwords.verify(current, previous, cost):
-        raise AuthenticationFailed()
+        raise errors.AuthenticationFailed()
     assert previous is not None
     digest = await passwords.derive(new, cost)
     async with store.transaction() as conn:
         if not await password_queries.replace_digest(conn, id=user_id, digest=digest, previous=previous):
-            raise AuthenticationFailed()
+            raise errors.AuthenticationFailed()
 
 
 async def set_password(conn: AsyncConnection, user_id: str, password: str, *, cost: ScryptCost) -> None:

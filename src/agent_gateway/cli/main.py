@@ -21,7 +21,7 @@ try:  # Typer 0.2x carries its own copy of click, whose exceptions these are
 except ImportError:  # pragma: no cover - an older Typer on the real click
     from click import exceptions as click_errors
 
-from agent_gateway import config, deployment, errors
+from agent_gateway import deployment, errors
 from agent_gateway.cli import (
     audit, chat, common, decisions, keys, mcp, messages, retention, schedules, sign, signals, tokens, users, webhooks,
 )
@@ -205,7 +205,7 @@ def serve(
         problem = common.database_problem(exc)
         if problem is not None:
             raise fail(f"database.url {masked(settings.database_url)}: {problem}") from None
-        if isinstance(exc, (errors.GatewayError, OSError, config.SettingsError)):
+        if isinstance(exc, (errors.GatewayError, OSError)):
             raise fail(str(exc)) from None
         raise
 

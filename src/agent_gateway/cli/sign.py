@@ -9,7 +9,7 @@ import typer
 from agent_gateway import errors
 from agent_gateway.cli.common import ConfigOption, fail, load_settings, parse_json, print_json
 from agent_gateway.signatures import service, verifier
-from agent_gateway.signatures.identity import AlgorithmMismatch, SigningIdentity, SigningKeyError
+from agent_gateway.signatures.identity import AlgorithmMismatch, SigningIdentity
 
 
 def sign(
@@ -25,7 +25,7 @@ def sign(
     settings = load_settings(config_path)
     try:
         token = service.sign_claims(SigningIdentity.from_settings(settings), value, typ)
-    except (errors.GatewayError, SigningKeyError, AlgorithmMismatch) as exc:
+    except (errors.GatewayError, AlgorithmMismatch) as exc:
         raise fail(str(exc)) from None
     print_json({"jws": token})
 

@@ -9,7 +9,7 @@ from starlette.responses import Response
 from starlette.types import Scope
 from pydantic import BaseModel, ConfigDict, Field
 
-from agent_gateway import jsontext
+from agent_gateway import jsontext, records
 from agent_gateway.auth import schemes
 from agent_gateway.decisions import service
 from agent_gateway.http import params
@@ -26,22 +26,11 @@ class DecisionIn(BaseModel):
     statement: Annotated[str, Field(min_length=1)]
 
 
-class DecisionOut(BaseModel):
-    seq: int
-    statement: str
-    jws: str
-    createdAt: str
-
-
-class DecisionList(BaseModel):
-    decisions: list[DecisionOut]
-
-
 agent = new_router()
 public = new_router()
 
-_LIST = {200: {"model": DecisionList}}
-_ONE = {200: {"model": DecisionOut}, **error_responses(404)}
+_LIST = {200: {"model": records.DecisionList}}
+_ONE = {200: {"model": records.Decision}, **error_responses(404)}
 _LIST_SUMMARY = "Read a window of the Decision log, ascending by seq"
 Authenticated = Annotated[schemes.Authenticated, Depends(schemes.authenticated)]
 
@@ -61,7 +50,7 @@ async def _get(request: Request, seq: str) -> Any:
     return json_response(decision.to_json())
 
 
-@agent.post("/decisions", status_code=201, responses={201: {"model": DecisionOut}}, summary="Publish a Decision")
+@agent.post("/decisions", status_code=201, responses={201: {"model": records.Decision}}, summary="Publish a Decision")
 async def publish(request: Request, body: DecisionIn) -> Any:
     decision = await request.app.state.publisher.publish(body.statement)
     return json_response(decision.to_json(), 201)

@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable
 import httpx
 from starlette.types import ASGIApp, Message
 
+from agent_gateway import errors
 from agent_gateway.http import errors as http_errors
 
 
@@ -36,7 +37,7 @@ class RouteRequest:
 Sender = Callable[[RouteRequest], Awaitable[tuple[int, bytes]]]
 
 
-class Unreachable(Exception):
+class Unreachable(errors.GatewayError):
     """The Agent server did not answer (over HTTP): nothing was done."""
 
 

@@ -24,25 +24,21 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 from mcp import types
-from pydantic import BaseModel
+from pydantic import TypeAdapter
 
-from agent_gateway import jsontext
+from agent_gateway import errors, jsontext, records
 from agent_gateway.decisions import routes as decisions_routes
-from agent_gateway.decisions.routes import DecisionList, DecisionOut
 from agent_gateway.http.fastpath import Route
 from agent_gateway.mcp.delivery import RouteRequest, Sender, Unreachable
 from agent_gateway.messages import routes as messages_routes
-from agent_gateway.messages.routes import MessageList, MessageOut
 from agent_gateway.scheduler import routes as scheduler_routes
-from agent_gateway.scheduler.routes import PUT_BODY_SCHEMA, ScheduleList, ScheduleOut
+from agent_gateway.scheduler.routes import PUT_BODY_SCHEMA
 from agent_gateway.signals import routes as signals_routes
-from agent_gateway.signals.routes import RunList, RunOut, SignalList, SignalOut
 from agent_gateway.signatures import routes as signatures_routes
 from agent_gateway.signatures.routes import SignOut
 from agent_gateway.signatures.service import MAX_TYP_LENGTH, STATEMENT_TYP
 from agent_gateway.store import window as windows
 from agent_gateway.users import routes as users_routes
-from agent_gateway.users.routes import UserList, UserOut
 
 UUID_PATTERN = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
 SCHEDULE_NAME_PATTERN = "^[A-Za-z0-9._-]{1,128}$"
@@ -101,7 +97,7 @@ class Tool:
     description: str
     route: Route
     properties: Mapping[str, Mapping[str, Any]]
-    output: type[BaseModel] | None  # None: the route answers 204, the tool {}
+    output: type[Any] | None  # a record (records.py) or a model; None: the route answers 204, the tool {}
     required: tuple[str, ...] = ()
     query: Mapping[str, str] = dataclasses.field(default_factory=dict)
     read_only: bool = True
@@ -120,7 +116,7 @@ class Tool:
                 "required": list(self.required),
                 "additionalProperties": False,
             },
-            output_schema=_EMPTY if self.output is None else self.output.model_json_schema(),
+            output_schema=_EMPTY if self.output is None else TypeAdapter(self.output).json_schema(),
             annotations=types.ToolAnnotations(
                 title=self.title,
                 read_only_hint=self.read_only,
@@ -153,7 +149,7 @@ class Tool:
         return RouteRequest(method, path, raw_path, urlencode(query), content)
 
 
-class ArgumentError(Exception):
+class ArgumentError(errors.GatewayError):
     """A call no route could be given: the tool answers it as an error, nothing is sent."""
 
 
@@ -186,7 +182,7 @@ TOOLS: tuple[Tool, ...] = (
             "text": {"type": "string", "minLength": 1, "description": "the Message, any non-empty text"},
         },
         required=("userId", "text"),
-        output=MessageOut,
+        output=records.Message,
         read_only=False,
         idempotent=False,
     ),
@@ -202,7 +198,7 @@ TOOLS: tuple[Tool, ...] = (
         properties={"userId": _uuid("UUID of the User whose log is read"), "after": _AFTER, "before": _BEFORE, "limit": _LIMIT},
         required=("userId",),
         query={"userId": "user", "after": "after", "before": "before", "limit": "limit"},
-        output=MessageList,
+        output=records.MessageList,
     ),
     Tool(
         name="publish_decision",
@@ -217,7 +213,7 @@ TOOLS: tuple[Tool, ...] = (
         route=decisions_routes.agent.method_and_path(decisions_routes.publish),
         properties={"statement": {"type": "string", "minLength": 1, "description": "what is decided, non-empty"}},
         required=("statement",),
-        output=DecisionOut,
+        output=records.Decision,
         read_only=False,
         idempotent=False,
     ),
@@ -231,7 +227,7 @@ TOOLS: tuple[Tool, ...] = (
         route=decisions_routes.agent.method_and_path(decisions_routes.read_agent),
         properties={"after": _AFTER, "before": _BEFORE, "limit": _LIMIT},
         query={"after": "after", "before": "before", "limit": "limit"},
-        output=DecisionList,
+        output=records.DecisionList,
     ),
     Tool(
         name="get_decision",
@@ -240,7 +236,7 @@ TOOLS: tuple[Tool, ...] = (
         route=decisions_routes.agent.method_and_path(decisions_routes.get_agent),
         properties={"seq": {"type": "integer", "minimum": 1, "maximum": 2**31 - 1, "description": "the Decision's number"}},
         required=("seq",),
-        output=DecisionOut,
+        output=records.Decision,
     ),
     Tool(
         name="sign_statement",
@@ -280,7 +276,7 @@ TOOLS: tuple[Tool, ...] = (
         route=scheduler_routes.agent.method_and_path(scheduler_routes.put_schedule),
         properties={"name": _SCHEDULE_NAME, **PUT_BODY_SCHEMA["properties"]},
         required=("name", "spec"),
-        output=ScheduleOut,
+        output=records.Schedule,
         read_only=False,
         destructive=True,  # replaces a live Schedule of the same name
     ),
@@ -291,7 +287,7 @@ TOOLS: tuple[Tool, ...] = (
         route=scheduler_routes.agent.method_and_path(scheduler_routes.get_schedule),
         properties={"name": _SCHEDULE_NAME},
         required=("name",),
-        output=ScheduleOut,
+        output=records.Schedule,
     ),
     Tool(
         name="delete_schedule",
@@ -315,7 +311,7 @@ TOOLS: tuple[Tool, ...] = (
         route=scheduler_routes.agent.method_and_path(scheduler_routes.list_schedules),
         properties={"limit": _LIMIT},
         query={"limit": "limit"},
-        output=ScheduleList,
+        output=records.ScheduleList,
     ),
     Tool(
         name="get_user",
@@ -327,7 +323,7 @@ TOOLS: tuple[Tool, ...] = (
         route=users_routes.agent.method_and_path(users_routes.get_user),
         properties={"id": _uuid("the User's id")},
         required=("id",),
-        output=UserOut,
+        output=records.User,
     ),
     Tool(
         name="list_users",
@@ -336,7 +332,7 @@ TOOLS: tuple[Tool, ...] = (
         route=users_routes.agent.method_and_path(users_routes.list_users),
         properties={"limit": _LIMIT},
         query={"limit": "limit"},
-        output=UserList,
+        output=records.UserList,
     ),
     Tool(
         name="get_run",
@@ -348,7 +344,7 @@ TOOLS: tuple[Tool, ...] = (
         route=signals_routes.agent.method_and_path(signals_routes.get_run),
         properties={"id": _uuid("the Run's id")},
         required=("id",),
-        output=RunOut,
+        output=records.Run,
     ),
     Tool(
         name="list_runs",
@@ -357,7 +353,7 @@ TOOLS: tuple[Tool, ...] = (
         route=signals_routes.agent.method_and_path(signals_routes.list_runs),
         properties={"limit": _LIMIT, "signalId": _uuid("only the Runs of this Signal")},
         query={"limit": "limit", "signalId": "signalId"},
-        output=RunList,
+        output=records.RunList,
     ),
     Tool(
         name="get_signal",
@@ -369,7 +365,7 @@ TOOLS: tuple[Tool, ...] = (
         route=signals_routes.agent.method_and_path(signals_routes.get_signal),
         properties={"id": _uuid("the Signal's id")},
         required=("id",),
-        output=SignalOut,
+        output=records.Signal,
     ),
     Tool(
         name="list_signals",
@@ -378,7 +374,7 @@ TOOLS: tuple[Tool, ...] = (
         route=signals_routes.agent.method_and_path(signals_routes.list_signals),
         properties={"limit": _LIMIT, "kind": {"type": "string", "description": "only Signals of this kind"}},
         query={"limit": "limit", "kind": "kind"},
-        output=SignalList,
+        output=records.SignalList,
     ),
 )
 

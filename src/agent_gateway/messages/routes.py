@@ -16,7 +16,7 @@ from starlette.responses import Response
 from starlette.types import Scope
 from pydantic import BaseModel, ConfigDict, Field
 
-from agent_gateway import errors, jsontext
+from agent_gateway import errors, jsontext, records
 from agent_gateway.auth import schemes
 from agent_gateway.http import params
 from agent_gateway.http.app import router as new_router
@@ -27,19 +27,6 @@ from agent_gateway.store.window import Window
 
 PREFIX = "/messages"
 TEXT = Field(min_length=1, description="any non-empty string; NUL characters are refused")
-
-
-class MessageOut(BaseModel):
-    id: str
-    userId: str
-    direction: str = Field(examples=["inbound"])
-    seq: int
-    text: str
-    createdAt: str
-
-
-class MessageList(BaseModel):
-    messages: list[MessageOut]
 
 
 class InboundIn(BaseModel):
@@ -67,7 +54,7 @@ agent = new_router()
 
 @agent.get(
     PREFIX,
-    responses={200: {"model": MessageList}},
+    responses={200: {"model": records.MessageList}},
     summary="Read a User's Message log (cursor window, ascending by seq)",
 )
 async def read_log(
@@ -85,7 +72,7 @@ async def read_log(
 @agent.post(
     PREFIX,
     status_code=201,
-    responses={201: {"model": MessageOut}, **error_responses(404, 503)},
+    responses={201: {"model": records.Message}, **error_responses(404, 503)},
     summary="Send an outbound Message to a User",
 )
 async def send(request: Request, body: OutboundIn) -> Any:
@@ -102,7 +89,7 @@ Caller = Annotated[schemes.Authenticated, Depends(schemes.authenticated)]
 
 @public.get(
     PREFIX,
-    responses={200: {"model": MessageList}, **error_responses(401)},
+    responses={200: {"model": records.MessageList}, **error_responses(401)},
     summary="Read your Message log (cursor window, ascending by seq)",
 )
 async def read_own_log(
@@ -115,7 +102,7 @@ async def read_own_log(
 @public.post(
     PREFIX,
     status_code=201,
-    responses={201: {"model": MessageOut}, **error_responses(401, 503)},
+    responses={201: {"model": records.Message}, **error_responses(401, 503)},
     summary="Send an inbound Message to the agent (its answer arrives later in the same log)",
 )
 async def receive(request: Request, caller: Caller, body: InboundIn) -> Any:

@@ -1,10 +1,8 @@
 """The one error a runtime raises: its own module, so that the runtimes and ``runtime.py``,
 which builds them, import it without importing each other."""
 
+from agent_gateway import errors
 
-class RunFailed(Exception):
+
+class RunFailed(errors.GatewayError):
     """The Run failed; the message is the Run's ``error``."""
-
-    @property
-    def message(self) -> str:
-        return str(self.args[0])

@@ -26,6 +26,7 @@ import socket
 from collections.abc import Iterable
 from urllib.parse import urlsplit
 
+from agent_gateway import errors
 from agent_gateway.config import Address
 from agent_gateway.ops import metrics
 from agent_gateway.sandbox.relay import splice
@@ -40,8 +41,8 @@ _HOP_BY_HOP = (b"proxy-connection", b"proxy-authorization", b"connection", b"kee
 logger = logging.getLogger(__name__)
 
 
-class Refused(Exception):
-    """The request may not go out; the message says why (and names the host only)."""
+class EgressRefused(errors.GatewayError):
+    """The agent's request may not go out; the message says why (and names the host only)."""
 
 
 class EgressProxy:
@@ -66,7 +67,7 @@ class EgressProxy:
             method, target, version, headers = _parse(head)
             host, port = _destination(method, target)
             upstream = await self._connect(host, port)
-        except Refused as refused:
+        except EgressRefused as refused:
             logger.warning("egress refused: %s", refused, extra={"action": "egress_refused"})
             metrics.egress_refused.inc()
             await _answer(writer, b"403 Forbidden", str(refused))
@@ -83,20 +84,20 @@ class EgressProxy:
     async def _connect(self, host: str, port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         """A connection to ``host:port`` if it is allowed, to an address that was checked."""
         if (host.lower(), port) not in self.allowed:
-            raise Refused(f"{host}:{port} is not in runtime.allow_hosts")
+            raise EgressRefused(f"{host}:{port} is not in runtime.allow_hosts")
         loop = asyncio.get_running_loop()
         try:
             infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
         except OSError:
-            raise Refused(f"{host} does not resolve") from None
+            raise EgressRefused(f"{host} does not resolve") from None
         addresses = [info[4][0] for info in infos]
         for address in addresses:
             if not _public(address) and (address.lower(), port) not in self.allowed:
-                raise Refused(f"{host} resolves to the non-public address {address}, which is not listed itself")
+                raise EgressRefused(f"{host} resolves to the non-public address {address}, which is not listed itself")
         try:
             return await asyncio.wait_for(asyncio.open_connection(addresses[0], port), CONNECT_TIMEOUT_S)
         except (OSError, asyncio.TimeoutError):
-            raise Refused(f"{host}:{port} does not answer") from None
+            raise EgressRefused(f"{host}:{port} does not answer") from None
 
 
 def _public(address: str) -> bool:
@@ -122,7 +123,7 @@ def _destination(method: bytes, target: bytes) -> tuple[str, int]:
     else:
         url = urlsplit(target.decode("ascii"))
         if url.scheme != "http":
-            raise Refused("only plain HTTP is forwarded; HTTPS goes through CONNECT")
+            raise EgressRefused("only plain HTTP is forwarded; HTTPS goes through CONNECT")
         default = 80
     if not url.hostname:
         raise ValueError("no host")

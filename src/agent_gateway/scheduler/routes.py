@@ -5,25 +5,12 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import Body, Depends, Request
-from pydantic import BaseModel
-
+from agent_gateway import records
 from agent_gateway.http import params
 from agent_gateway.http.app import router as new_router
 from agent_gateway.http.routing import error_responses, json_response, no_content
 from agent_gateway.scheduler import service
 from agent_gateway.scheduler.spec import MAX_EXPR_CHARS
-
-
-class ScheduleOut(BaseModel):
-    name: str
-    spec: dict[str, Any]
-    data: Any
-    until: str | None
-    nextFireAt: str
-
-
-class ScheduleList(BaseModel):
-    schedules: list[ScheduleOut]
 
 
 _INSTANT = {"type": "string", "description": "ISO 8601 instant with an offset (Z or ±hh:mm)"}
@@ -70,7 +57,7 @@ agent = new_router()
 
 @agent.get(
     "/schedules",
-    responses={200: {"model": ScheduleList}},
+    responses={200: {"model": records.ScheduleList}},
     summary="List live Schedules, soonest first (ties by name)",
 )
 async def list_schedules(request: Request, limit: Annotated[int, Depends(params.list_limit)]) -> Any:
@@ -81,7 +68,7 @@ async def list_schedules(request: Request, limit: Annotated[int, Depends(params.
 
 @agent.get(
     "/schedules/{name}",
-    responses={200: {"model": ScheduleOut}, **error_responses(404)},
+    responses={200: {"model": records.Schedule}, **error_responses(404)},
     summary="Read one live Schedule",
 )
 async def get_schedule(request: Request, name: str) -> Any:
@@ -93,8 +80,8 @@ async def get_schedule(request: Request, name: str) -> Any:
 @agent.put(
     "/schedules/{name}",
     responses={
-        200: {"model": ScheduleOut, "description": "Replaced"},
-        201: {"model": ScheduleOut, "description": "Created"},
+        200: {"model": records.Schedule, "description": "Replaced"},
+        201: {"model": records.Schedule, "description": "Created"},
     },
     openapi_extra={"requestBody": {"required": True, "content": {"application/json": {"schema": PUT_BODY_SCHEMA}}}},
     summary="Arm a Schedule (201) or replace the live one of that name (200)",

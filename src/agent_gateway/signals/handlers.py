@@ -26,6 +26,7 @@ from typing import Any, Protocol, runtime_checkable
 import jinja2
 from jinja2.sandbox import SandboxedEnvironment
 
+from agent_gateway import errors
 from agent_gateway.config import SettingsError
 from agent_gateway.store.signals import Signal
 
@@ -46,7 +47,7 @@ class Handler(Protocol):
     def handle(self, signal: Signal) -> list[Prompt] | Awaitable[list[Prompt]]: ...
 
 
-class TemplateFailed(Exception):
+class TemplateFailed(errors.GatewayError):
     """A Handler template did not render."""
 
 

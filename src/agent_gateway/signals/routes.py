@@ -5,41 +5,11 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import Depends, Query, Request
-from pydantic import BaseModel
-
-from agent_gateway import errors
+from agent_gateway import errors, records
 from agent_gateway.http import params
 from agent_gateway.http.app import router as new_router
 from agent_gateway.http.routing import error_responses, json_response
 from agent_gateway.signals import service
-
-
-class SignalOut(BaseModel):
-    id: str
-    kind: str
-    payload: Any
-    emittedAt: str
-    state: str
-    error: str | None
-
-
-class SignalList(BaseModel):
-    signals: list[SignalOut]
-
-
-class RunOut(BaseModel):
-    id: str
-    signalId: str
-    session: str | None
-    prompt: str
-    state: str
-    error: str | None
-    startedAt: str | None
-    endedAt: str | None
-
-
-class RunList(BaseModel):
-    runs: list[RunOut]
 
 
 agent = new_router()
@@ -47,7 +17,7 @@ agent = new_router()
 Limit = Annotated[int, Depends(params.list_limit)]
 
 
-@agent.get("/signals", responses={200: {"model": SignalList}}, summary="List Signals, newest first")
+@agent.get("/signals", responses={200: {"model": records.SignalList}}, summary="List Signals, newest first")
 async def list_signals(
     request: Request,
     limit: Limit,
@@ -61,7 +31,7 @@ async def list_signals(
 
 
 @agent.get(
-    "/signals/{id}", responses={200: {"model": SignalOut}, **error_responses(404)}, summary="Read one Signal"
+    "/signals/{id}", responses={200: {"model": records.Signal}, **error_responses(404)}, summary="Read one Signal"
 )
 async def get_signal(request: Request, id: str) -> Any:
     signal_id = params.uuid("id", id)
@@ -72,7 +42,7 @@ async def get_signal(request: Request, id: str) -> Any:
 
 @agent.get(
     "/runs",
-    responses={200: {"model": RunList}},
+    responses={200: {"model": records.RunList}},
     summary="List Runs, newest first by startedAt (Runs not started yet first)",
 )
 async def list_runs(
@@ -86,7 +56,7 @@ async def list_runs(
     return json_response({"runs": [run.to_json() for run in runs]})
 
 
-@agent.get("/runs/{id}", responses={200: {"model": RunOut}, **error_responses(404)}, summary="Read one Run")
+@agent.get("/runs/{id}", responses={200: {"model": records.Run}, **error_responses(404)}, summary="Read one Run")
 async def get_run(request: Request, id: str) -> Any:
     run_id = params.uuid("id", id)
     async with request.app.state.store.read() as conn:

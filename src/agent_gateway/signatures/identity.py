@@ -37,6 +37,8 @@ class SigningKeyError(SettingsError):
     """The signing key is missing, unreadable or cannot be used; the message says which."""
 
 
+# Not an errors.GatewayError: raised while a route signs, a misconfiguration must stay the
+# logged bare 500 ("internal error"), not a 500 that tells the caller about the settings.
 class AlgorithmMismatch(Exception):
     """The configured signing algorithm cannot be performed by the signing key."""
 

@@ -14,13 +14,14 @@ import orjson
 from joserfc.errors import JoseError
 from joserfc.jwk import Key, import_key
 
+from agent_gateway import errors
 from agent_gateway.signatures import jose
 
 FETCH_TIMEOUT_S = 10
 _PUBLIC_KEY_TYPES = ("OKP", "EC", "RSA")
 
 
-class JwkSetError(Exception):
+class JwkSetError(errors.GatewayError):
     """The JWK Set cannot be read or holds no usable public key; the message says why."""
 
 

@@ -9,7 +9,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from agent_gateway import jsontext
+from agent_gateway import jsontext, records
 from agent_gateway.store import direct, engine, notifications, tree, webhooks
 from agent_gateway.store import window as windows
 from agent_gateway.store.engine import Store
@@ -28,7 +28,7 @@ class Decision:
     jws: str
     created_at: str
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> records.Decision:
         return {"seq": self.seq, "statement": self.statement, "jws": self.jws, "createdAt": self.created_at}
 
 

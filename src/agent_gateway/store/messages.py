@@ -5,14 +5,13 @@ from __future__ import annotations
 import dataclasses
 import sqlite3
 from collections.abc import Sequence
-from typing import Any
 
 import asyncpg
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from agent_gateway import errors
+from agent_gateway import errors, records
 from agent_gateway.store import direct
 from agent_gateway.store import window as windows
 from agent_gateway.store.engine import Store
@@ -35,7 +34,7 @@ class Message:
     text: str
     created_at: str
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> records.Message:
         return {
             "id": self.id,
             "userId": self.user_id,

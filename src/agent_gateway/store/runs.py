@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Sequence
-from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from agent_gateway import records
 from agent_gateway.store import direct
 from agent_gateway.store.tables import runs, signals
 
@@ -31,7 +31,7 @@ class Run:
     started_at: str | None
     ended_at: str | None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> records.Run:
         return {
             "id": self.id,
             "signalId": self.signal_id,

@@ -9,6 +9,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from agent_gateway import records
 from agent_gateway.store.tables import schedules
 
 
@@ -23,7 +24,7 @@ class Schedule:
     data: Any
     next_fire_at: str
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> records.Schedule:
         if self.kind == "once":
             spec = {"kind": "once", "at": self.at}
         else:

@@ -14,7 +14,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from agent_gateway import jsontext
+from agent_gateway import jsontext, records
 from agent_gateway.store import direct
 from agent_gateway.store import runs as run_queries
 from agent_gateway.store.tables import signals
@@ -32,7 +32,7 @@ class Signal:
     state: str
     error: str | None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> records.Signal:
         return {
             "id": self.id,
             "kind": self.kind,

@@ -8,6 +8,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from agent_gateway import records
 from agent_gateway.store.tables import users
 
 
@@ -17,7 +18,7 @@ class User:
     attributes: Any
     created_at: str
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> records.User:
         return {"id": self.id, "attributes": self.attributes, "createdAt": self.created_at}
 
     @classmethod

@@ -21,6 +21,7 @@ import httpx
 import orjson
 from joserfc.jwk import Key
 
+from agent_gateway import errors
 from agent_gateway.signatures import verifier
 from agent_gateway.signatures.service import DECISION_TYP
 from agent_gateway.transparency import merkle, note
@@ -29,7 +30,7 @@ PAGE = 200  # the spec's largest window
 TIMEOUT_S = 60
 
 
-class AuditFailure(Exception):
+class AuditFailure(errors.GatewayError):
     """The log does not hold up; the message names the first Decision or checkpoint that fails."""
 
 

@@ -15,6 +15,8 @@ import dataclasses
 import hashlib
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 
+from agent_gateway import errors
+
 Node = tuple[int, int]
 # Gives the stored hash of each node asked for (every one of them exists).
 Fetch = Callable[[Sequence[Node]], Awaitable[Mapping[Node, bytes]]]
@@ -23,7 +25,7 @@ HASH_SIZE = 32
 EMPTY_ROOT = hashlib.sha256(b"").digest()
 
 
-class ProofError(Exception):
+class ProofError(errors.GatewayError):
     """A proof does not prove what it is offered for; the message says how."""
 
 

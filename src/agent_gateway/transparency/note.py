@@ -32,6 +32,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from joserfc.errors import JoseError
 from joserfc.jwk import ECKey, Key, OKPKey, RSAKey
 
+from agent_gateway import errors
 from agent_gateway.signatures import jose
 from agent_gateway.transparency import merkle
 
@@ -46,7 +47,7 @@ _KEY_NAME = re.compile(r"[^\s+]+")
 SIGNATURE_PREFIX = "\u2014 "
 
 
-class NoteError(Exception):
+class NoteError(errors.GatewayError):
     """A signed note or checkpoint that does not verify or cannot be read; the message says why."""
 
 

@@ -21,10 +21,12 @@ import socket
 
 import httpx
 
+from agent_gateway import errors
+
 MAX_RESPONSE_BYTES = 64 * 1024
 
 
-class Refused(Exception):
+class EndpointRefused(errors.GatewayError):
     """The endpoint's address is not one the gateway sends to; the message says why."""
 
 
@@ -55,7 +57,7 @@ class Sender:
                 return await self._post(httpx.URL(url), body, headers, allow_private)
         except TimeoutError:
             return f"no answer within {self.timeout_s:g}s"
-        except Refused as exc:
+        except EndpointRefused as exc:
             return str(exc)
         except httpx.HTTPError as exc:
             return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
@@ -92,14 +94,14 @@ class Sender:
         try:
             found = await asyncio.get_running_loop().getaddrinfo(url.host, port, type=socket.SOCK_STREAM)
         except socket.gaierror as exc:
-            raise Refused(f"cannot resolve {url.host}: {exc.strerror}") from None
+            raise EndpointRefused(f"cannot resolve {url.host}: {exc.strerror}") from None
         addresses = [ipaddress.ip_address(info[4][0]) for info in found]
         if not addresses:
-            raise Refused(f"cannot resolve {url.host}")
+            raise EndpointRefused(f"cannot resolve {url.host}")
         if not allow_private:
             for address in addresses:
                 if not is_public(address):
-                    raise Refused(
+                    raise EndpointRefused(
                         f"refused: {url.host} resolves to {address}, which is not a public address "
                         "(set allow_private = true for this endpoint to send there)"
                     )
