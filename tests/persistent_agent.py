@@ -1,13 +1,14 @@
 """A tiny agent program for the persistent runtime's tests.
 
 ``persistent_agent.py RECORD [exit-at-start]`` speaks the JSON-lines protocol:
-for each Run it appends ``{"pid", "run", "cwd", "env"}`` to RECORD, then does
-what the Run's Prompt says: ``ok`` answers done; ``fail`` answers failed;
-``garbage`` writes a line that is not JSON; ``wrong-id`` answers done for
-another Run; ``exit`` writes to stderr and exits 3; ``hang`` answers done once
-RECORD.release exists; ``spawn`` starts a child that sleeps (its pid in
-RECORD.child), then answers done. With ``exit-at-start`` it writes to stderr
-and exits 4 before reading anything.
+for each Run it appends ``{"pid", "pidns", "run", "cwd", "env"}`` to RECORD
+(``pidns`` names the PID namespace its pid is a number of), then does what the
+Run's Prompt says: ``ok`` answers done; ``fail`` answers failed; ``garbage``
+writes a line that is not JSON; ``wrong-id`` answers done for another Run;
+``exit`` writes to stderr and exits 3; ``hang`` answers done once
+RECORD.release exists; ``spawn`` starts a child that sleeps (``{"pid",
+"pidns"}`` in RECORD.child), then answers done. With ``exit-at-start`` it
+writes to stderr and exits 4 before reading anything.
 """
 
 import json
@@ -18,6 +19,8 @@ import time
 from pathlib import Path
 
 record = Path(sys.argv[1])
+# Confined, its pids are numbers of a PID namespace of its own (tests/runtimes/test_persistent.py's Agent.host_pid).
+PIDNS = os.readlink("/proc/self/ns/pid")
 if sys.argv[2:] == ["exit-at-start"]:
     print("cannot start: no model", file=sys.stderr, flush=True)
     sys.exit(4)
@@ -32,6 +35,7 @@ for line in sys.stdin:
     run = json.loads(line)["run"]
     entry = {
         "pid": os.getpid(),
+        "pidns": PIDNS,
         "run": run,
         "cwd": os.getcwd(),
         "env": {k: v for k, v in os.environ.items() if k.startswith(("AGENT_GATEWAY_", "AGENT_SERVER_URL"))},
@@ -56,7 +60,7 @@ for line in sys.stdin:
         answer({"type": "done", "run": run["id"]})
     elif what == "spawn":
         child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
-        record.with_name(record.name + ".child").write_text(str(child.pid))
+        record.with_name(record.name + ".child").write_text(json.dumps({"pid": child.pid, "pidns": PIDNS}))
         answer({"type": "done", "run": run["id"]})
     else:
         answer({"type": "done", "run": run["id"]})

@@ -46,31 +46,44 @@ class Agent:
         return [json.loads(line) for line in self.record.read_text().splitlines()]
 
     def pids(self) -> list[int]:
-        """The pids the program recorded, as this host sees them."""
-        return [self.host_pid(call["pid"]) for call in self.calls()]
+        """The pids of the programs that recorded each Run, as this host sees them."""
+        return [self.pid(index) for index in range(len(self.calls()))]
+
+    def pid(self, index: int) -> int:
+        """The pid of the program that recorded Run ``index``, as this host sees it."""
+        call = self.calls()[index]
+        return self.host_pid(call["pid"], call["pidns"])
 
     def child(self) -> int:
         """The pid of the child the program started (``spawn``), as this host sees it."""
-        return self.host_pid(int(self.record.with_name(self.record.name + ".child").read_text()))
+        child = json.loads(self.record.with_name(self.record.name + ".child").read_text())
+        return self.host_pid(child["pid"], child["pidns"])
 
-    def host_pid(self, pid: int) -> int:
-        """``pid`` as this host sees it, while the process lives: a confined program knows only
-        the pids of its own PID namespace (``NSpid`` in /proc/PID/status maps them)."""
-        namespace, seen = None, {}
+    @staticmethod
+    def host_pid(pid: int, namespace: str) -> int:
+        """``pid``, a number of the PID namespace ``namespace``, as this host sees it.
+
+        A confined program knows only the pids of its own PID namespace, which this host
+        maps (``NSpid`` in /proc/PID/status) only while the process lives. Its number
+        taken for a host pid would name another process here (2 is the kernel's
+        kthreadd, which never exits: a wait for it to be gone lasts the whole deadline),
+        so a process no longer there is an error at once.
+        """
+        if namespace == os.readlink("/proc/self/ns/pid"):
+            return pid
         for entry in Path("/proc").iterdir():
             if not entry.name.isdigit():
                 continue
             try:
+                if os.readlink(entry / "ns" / "pid") != namespace:
+                    continue
                 status = (entry / "status").read_text()
-                argv = (entry / "cmdline").read_bytes().split(b"\0")
-                space = os.readlink(entry / "ns" / "pid")
             except OSError:
                 continue
             nspid = next(line.split()[1:] for line in status.splitlines() if line.startswith("NSpid:"))
-            seen[(space, int(nspid[-1]))] = int(entry.name)
-            if str(AGENT).encode() in argv[1:2] and str(self.record).encode() in argv:
-                namespace = space
-        return seen.get((namespace, pid), pid)
+            if int(nspid[-1]) == pid:
+                return int(entry.name)
+        raise AssertionError(f"no process here has the pid {pid} of {namespace}: it has exited")
 
 
 @pytest.fixture

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 import httpx
@@ -121,6 +123,132 @@ async def test_one_leader_at_a_time_and_a_standby_takes_over(database_url: str) 
         await asyncio.gather(*tasks, return_exceptions=True)
         for store in stores:
             await store.close()
+
+
+class Relay:
+    """A TCP relay between a Store's connections and PostgreSQL, for the faults a server on
+    this host never makes by itself.
+
+    ``hold_ends``: a session the server ends is not ended on the client's side (its last
+    bytes are passed on, its end is not), as when the ending backend is slow to exit.
+    :meth:`freeze`: the sessions open now stop passing anything either way, as behind a
+    network that drops everything; sessions opened afterwards pass as usual.
+    """
+
+    def __init__(self, database_url: str, *, hold_ends: bool = False) -> None:
+        self.target = urlsplit(engine.libpq_dsn(database_url))
+        self.hold_ends = hold_ends
+        self._server: asyncio.Server | None = None
+        self._pipes: set[asyncio.Task[None]] = set()
+        self._writers: list[asyncio.StreamWriter] = []
+
+    async def start(self) -> str:
+        """Start relaying; the URL of the database through this relay."""
+        self._server = await asyncio.start_server(self._relay, "127.0.0.1", 0)
+        port = self._server.sockets[0].getsockname()[1]
+        user, at, _ = self.target.netloc.rpartition("@")
+        return urlunsplit(self.target._replace(netloc=f"{user}{at}127.0.0.1:{port}"))
+
+    def freeze(self) -> None:
+        for pipe in self._pipes:
+            pipe.cancel()  # the sockets stay open (their writers are kept), and silent
+
+    async def close(self) -> None:
+        assert self._server is not None
+        self._server.close()
+        self.freeze()
+        await asyncio.gather(*self._pipes, return_exceptions=True)
+        for writer in self._writers:
+            writer.close()
+
+    async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        upstream_reader, upstream_writer = await asyncio.open_connection(self.target.hostname, self.target.port)
+        self._writers += [writer, upstream_writer]
+        for source, target, holds in ((reader, upstream_writer, False), (upstream_reader, writer, self.hold_ends)):
+            pipe = asyncio.create_task(self._pipe(source, target, holds))
+            self._pipes.add(pipe)
+            pipe.add_done_callback(self._pipes.discard)
+
+    @staticmethod
+    async def _pipe(source: asyncio.StreamReader, target: asyncio.StreamWriter, holds: bool) -> None:
+        with contextlib.suppress(OSError):
+            while data := await source.read(65536):
+                target.write(data)
+                await target.drain()
+            if not holds:
+                target.close()
+
+
+async def _lock_attempts(database_url: str) -> int:
+    """Sessions of this database whose last statement tried for an advisory lock they do not hold (standbys)."""
+    conn = await asyncpg.connect(engine.libpq_dsn(database_url))
+    try:
+        return await conn.fetchval(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND query LIKE 'SELECT pg_try_advisory_lock%' AND pid <> pg_backend_pid() "
+            "AND pid NOT IN (SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted)"
+        )
+    finally:
+        await conn.close()
+
+
+@postgresql_only
+async def test_a_lock_session_ended_between_two_checks_is_lost_leadership_and_it_leads_again(
+    database_url: str,
+) -> None:
+    """The server's FATAL reaches the leader before the end of its socket (a backend slow to
+    exit, under load): asyncpg's next statement then raises InternalClientError, which must
+    send the process back to standing by like any lost lock, not end its leading for good."""
+    relay = Relay(database_url, hold_ends=True)
+    store = Store(await relay.start())
+    terms = 0
+
+    async def work() -> None:
+        nonlocal terms
+        terms += 1
+        await asyncio.Event().wait()  # leads until cancelled
+
+    leading = asyncio.create_task(leadership.lead(store, "test-role", work, retry_s=0.1, check_s=0.1))
+    try:
+        await _until(lambda: terms == 1)
+        await terminate_lock_sessions(database_url)
+        await _until(lambda: terms > 1 or leading.done())
+        assert not leading.done(), leading.exception()
+    finally:
+        leading.cancel()
+        await asyncio.gather(leading, return_exceptions=True)
+        await store.close()
+        await relay.close()
+
+
+@postgresql_only
+async def test_a_standby_whose_lock_attempt_hangs_starts_over_and_leads(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(leadership, "DATABASE_TIMEOUT_S", 0.5)
+    holder = await asyncpg.connect(engine.libpq_dsn(database_url))  # another process's leader, which never checks
+    await holder.execute("SELECT pg_advisory_lock($1)", leadership.lock_key("test-role"))
+    relay = Relay(database_url)
+    store = Store(await relay.start())
+    leading = asyncio.Event()
+
+    async def work() -> None:
+        leading.set()
+        await asyncio.Event().wait()
+
+    standby = asyncio.create_task(leadership.lead(store, "test-role", work, retry_s=0.1, check_s=0.1))
+    try:
+        while not await _lock_attempts(database_url):  # the standby is connected and asking
+            await asyncio.sleep(0.02)
+        relay.freeze()  # its next attempt is never answered
+        await holder.close()  # the lock is free: the standby takes it once it starts over
+        await _until(leading.is_set)
+    finally:
+        standby.cancel()
+        await asyncio.gather(standby, return_exceptions=True)
+        await store.close()
+        await relay.close()
+        holder.terminate()
 
 
 async def test_unreachable_database_answers_503_with_the_error_body(unused_tcp_port: int) -> None:

@@ -7,8 +7,11 @@ server releases the lock and a standby takes over. A leader checks its lock
 connection every ``check_s`` and stops its work as soon as a check fails, since
 another process may lead by then; a new leader waits ``3 * check_s`` before it
 starts, so an old leader that lost its connection (rather than died) has
-noticed and stopped first, and the two never work at once. On SQLite there is one process (``serve`` holds a file lock), so
-it always leads.
+noticed and stopped first, and the two never work at once. Losing the
+database or the lock connection (an error, a hang past ``DATABASE_TIMEOUT_S``,
+a session the server ended) sends a process back to standing by: it never
+gives up leading for good. On SQLite there is one process (``serve`` holds a
+file lock), so it always leads.
 """
 
 from __future__ import annotations
@@ -26,6 +29,15 @@ logger = logging.getLogger(__name__)
 
 RETRY_S = 0.5
 CHECK_S = 0.5
+# Connecting and asking for the lock give up after this long, and the standby starts over:
+# a connection that hangs there would otherwise keep this process from ever leading.
+DATABASE_TIMEOUT_S = 10.0
+# What the lock connection raises when the database or the session goes away. A session the
+# server ended between two statements (its FATAL read, its socket not yet closed: under load
+# the backend takes a while to exit) makes asyncpg's next statement raise InternalClientError
+# ("another operation is in progress", MagicStack/asyncpg#1069): uncaught, it ended ``lead``
+# and this process never led again.
+_LOST = (OSError, asyncio.TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError, asyncpg.InternalClientError)
 
 
 def lock_key(name: str) -> int:
@@ -49,15 +61,15 @@ async def lead(
     while True:
         conn: asyncpg.Connection | None = None
         try:
-            conn = await asyncpg.connect(libpq_dsn(store.url), timeout=10)
-            while not await conn.fetchval("SELECT pg_try_advisory_lock($1)", key):
+            conn = await asyncpg.connect(libpq_dsn(store.url), timeout=DATABASE_TIMEOUT_S)
+            while not await conn.fetchval("SELECT pg_try_advisory_lock($1)", key, timeout=DATABASE_TIMEOUT_S):
                 await asyncio.sleep(retry_s)
             await asyncio.sleep(3 * check_s)
             logger.info("leading %s", name, extra={"action": "leadership_acquired"})
             if await _work_while_leading(conn, work, check_s):
                 return
             logger.warning("lost the lock connection: no longer leading %s", name, extra={"action": "leadership_lost"})
-        except (OSError, asyncio.TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        except _LOST as exc:
             logger.warning("cannot reach the database to lead %s (%s)", name, type(exc).__name__)
         finally:
             if conn is not None:
@@ -76,7 +88,7 @@ async def _work_while_leading(conn: asyncpg.Connection, work: Callable[[], Await
                 return True
             try:
                 await asyncio.wait_for(conn.execute("SELECT 1"), check_s)
-            except (OSError, asyncio.TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError):
+            except _LOST:
                 return False
     finally:
         if not task.done():
