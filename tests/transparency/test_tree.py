@@ -10,7 +10,7 @@ import orjson
 import pytest
 import sqlalchemy as sa
 
-from agent_gateway import deployment, errors
+from agent_gateway import deployment, errors, merkle
 from agent_gateway.decisions import service
 from agent_gateway.decisions.service import DecisionNotFound
 from agent_gateway.signatures import keys
@@ -19,11 +19,10 @@ from agent_gateway.signatures.service import DECISION_TYP
 from agent_gateway.store import migrate, tree
 from agent_gateway.store.engine import Store, create_engine
 from agent_gateway.store.window import Window
-from agent_gateway.transparency import merkle
 from agent_gateway.transparency import service as transparency
 from tests import served
 from tests.foundation.conftest import empty_database_url  # noqa: F401
-from tests.transparency.test_merkle import mth, path, subproof
+from tests.test_merkle import mth, path, subproof
 
 identity = SigningIdentity(keys.generate_pem("ed25519"))
 

@@ -6,7 +6,7 @@ The tree grows in the transaction that writes its Decisions (see
 that orders publishers (``store.decisions.draw_numbers``) orders leaves too,
 so leaf order is ``seq`` order in every process, and a rolled-back publish
 leaves no leaf. Nodes are written once and never change (see
-``transparency.merkle``), so reads need no transaction: a tree size read
+``merkle``), so reads need no transaction: a tree size read
 first names nodes that are all there.
 
 For the same reason a process may keep nodes it has read: each Store keeps the
@@ -27,9 +27,9 @@ import orjson
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from agent_gateway import merkle
 from agent_gateway.store import direct
 from agent_gateway.store.engine import Store, on_commit
-from agent_gateway.transparency import merkle
 
 # A node's key is (the last leaf it covers) << LEVEL_BITS | its level: the nodes one
 # append completes are adjacent, and every append writes at the end of the primary key.
@@ -45,7 +45,7 @@ _NODES = {
 }
 # A proof in one statement: the tree's size, the leaf's index (an inclusion proof), and the nodes
 # the proof can need, whose keys follow from those. Which nodes are needed is settled by
-# ``transparency.merkle`` from what is read; the statement reads a superset, of at most three
+# ``merkle`` from what is read; the statement reads a superset, of at most three
 # nodes per level (tests/transparency/test_tree.py checks it against every proof of small trees):
 #   - the sibling of each node on the path of the leaf (for a consistency proof: the old tree's
 #     last leaf): (v, (leaf >> v) xor 1), the complete subtrees left and right of the path;
@@ -311,7 +311,7 @@ async def read_consistency(store: Store, *, old: int, new: int | None) -> ProofR
 
 
 def fetcher(store: Store) -> merkle.Fetch:
-    """Reads stored nodes for ``transparency.merkle``, all of a proof's in one statement."""
+    """Reads stored nodes for ``merkle``, all of a proof's in one statement."""
 
     async def fetch(nodes: Sequence[merkle.Node]) -> Mapping[merkle.Node, bytes]:
         return _hashes(await store.fetch(_NODES[store.dialect], keys=_keys(store.dialect, nodes)))

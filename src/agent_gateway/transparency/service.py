@@ -12,13 +12,13 @@ import hashlib
 
 from cryptography.hazmat.primitives import serialization
 
-from agent_gateway import errors
+from agent_gateway import errors, merkle
 from agent_gateway.config import Settings
 from agent_gateway.decisions.service import DecisionNotFound
 from agent_gateway.signatures.identity import SigningIdentity
 from agent_gateway.store import tree
 from agent_gateway.store.engine import Store
-from agent_gateway.transparency import merkle, note
+from agent_gateway.transparency import note
 
 ORIGIN_PREFIX = "agent-gateway/decisions/"
 

@@ -11,7 +11,7 @@ subtrees, and builds the tree for the Decisions already there, in seq order.
 from alembic import op
 import sqlalchemy as sa
 
-from agent_gateway.transparency import merkle
+from agent_gateway import merkle
 
 
 revision = '0002'
