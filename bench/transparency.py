@@ -42,8 +42,8 @@ from agent_gateway import clock, merkle
 from agent_gateway.signatures import keys
 from agent_gateway.signatures.identity import SigningIdentity
 from agent_gateway.signatures.service import DECISION_TYP
-from agent_gateway.store import tree
-from agent_gateway.store.decisions import POSTGRES_SEQUENCE
+from agent_gateway.store.queries import tree
+from agent_gateway.store.queries.decisions import POSTGRES_SEQUENCE
 from bench import harness
 from bench.decisions import STATEMENT, settle
 from tests.served import ServedGateway, cli_env
@@ -195,7 +195,7 @@ def scripts(size: int) -> list[tuple[str, str]]:
 
 def warm_up(served: ServedGateway, size: int) -> None:
     """Unmeasured: the set-up wrote the log in bulk behind the gateway's back, so its first proofs
-    would fill the cache of the tree's top levels (``store.tree``), and read pages into the
+    would fill the cache of the tree's top levels (``store.queries.tree``), and read pages into the
     database's and the OS's caches, that a log grown through the API has already."""
     for _, lua in scripts(size):
         harness.wrk(served.agent_url + "/", lua, duration_s=WARM_UP_S, connections=LATENCY_CONNECTIONS)

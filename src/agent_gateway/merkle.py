@@ -9,7 +9,7 @@ right-to-left fold of at most one complete subtree per level: a proof needs
 O(log n) stored nodes, fetched all at once through a :data:`Fetch`.
 
 Pure computation with no I/O of its own, so it sits beside ``clock`` and
-``jsontext`` at the package top: the store's tree (``store.tree``), its
+``jsontext`` at the package top: the store's tree (``store.queries.tree``), its
 migration, the transparency routes and the auditor all build on it.
 """
 

@@ -17,7 +17,7 @@ from fastapi import Request
 
 from agent_gateway.auth import schemes
 from agent_gateway.gateway import Gateway
-from agent_gateway.store.users import User
+from agent_gateway.store.queries.users import User
 from agent_gateway.users import service as users
 from tests.foundation.test_http_conventions import ENDPOINTS, Endpoint, assert_error
 

@@ -16,8 +16,9 @@ from agent_gateway.decisions.service import DecisionNotFound
 from agent_gateway.signatures import keys
 from agent_gateway.signatures.identity import SigningIdentity
 from agent_gateway.signatures.service import DECISION_TYP
-from agent_gateway.store import migrate, tree
+from agent_gateway.store import migrate
 from agent_gateway.store.engine import Store, create_engine
+from agent_gateway.store.queries import tree
 from agent_gateway.store.window import Window
 from agent_gateway.transparency import service as transparency
 from tests import served

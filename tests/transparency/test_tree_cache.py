@@ -11,8 +11,8 @@ import pytest
 
 from agent_gateway import merkle
 from agent_gateway.decisions import service
-from agent_gateway.store import tree
 from agent_gateway.store.engine import Store
+from agent_gateway.store.queries import tree
 from agent_gateway.store.window import Window
 from agent_gateway.transparency import service as transparency
 from tests.test_merkle import mth, path, subproof

@@ -15,8 +15,8 @@ from fastapi import Request
 
 from agent_gateway import clock
 from agent_gateway.auth.schemes import Authenticated
-from agent_gateway.store import tokens as queries
 from agent_gateway.store.engine import Store
+from agent_gateway.store.queries import tokens as queries
 
 PREFIX = "agw_"
 RANDOM_BYTES = 32

@@ -9,8 +9,8 @@ import typer
 
 from agent_gateway import clock, errors
 from agent_gateway.cli.common import ConfigOption, checked_uuid, print_json, with_store
-from agent_gateway.store import webhooks as queries
 from agent_gateway.store.engine import Store, notify
+from agent_gateway.store.queries import webhooks as queries
 from agent_gateway.webhooks import outbox
 
 app = typer.Typer(

@@ -31,9 +31,10 @@ import sqlalchemy as sa
 from agent_gateway import clock
 from agent_gateway.config import Settings
 from agent_gateway.messages import service as messages
-from agent_gateway.store import direct, tokens
+from agent_gateway.store import direct
 from agent_gateway.store.engine import Store
 from agent_gateway.store.notifications import Subscription
+from agent_gateway.store.queries import tokens
 from agent_gateway.store.tables import messages as messages_table
 
 logger = logging.getLogger(__name__)

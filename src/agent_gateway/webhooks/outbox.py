@@ -24,12 +24,12 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agent_gateway import clock, jsontext
-from agent_gateway.store import decisions as decision_queries
 from agent_gateway.store import engine
-from agent_gateway.store import runs as run_queries
-from agent_gateway.store import signals as signal_queries
-from agent_gateway.store import webhooks as queries
-from agent_gateway.store.decisions import Decision
+from agent_gateway.store.queries import decisions as decision_queries
+from agent_gateway.store.queries import runs as run_queries
+from agent_gateway.store.queries import signals as signal_queries
+from agent_gateway.store.queries import webhooks as queries
+from agent_gateway.store.queries.decisions import Decision
 
 # The deliverers' wake-up, sent once a transaction that wrote deliveries commits.
 CHANNEL = "webhooks"
@@ -75,7 +75,7 @@ async def add(conn: AsyncConnection, event: str, records: Iterable[tuple[str, An
 
 def decision_deliveries(conn: AsyncConnection, published: Sequence[Decision]) -> list[tuple[Any, ...]]:
     """The ``decision.published`` deliveries of Decisions this transaction publishes, each
-    holding the Decision's number (see :func:`composed`), for ``store.decisions.insert`` to
+    holding the Decision's number (see :func:`composed`), for ``store.queries.decisions.insert`` to
     write with them (on PostgreSQL, in the same statement); none when no endpoint subscribes."""
     urls = engine.webhook_urls(conn, DECISION_PUBLISHED)
     return _rows(DECISION_PUBLISHED, urls, ((d.created_at, None, d.seq) for d in published)) if urls else []
@@ -85,7 +85,7 @@ def _rows(
     event: str, urls: Sequence[str], deliveries: Iterable[tuple[str, str | None, int | None]]
 ) -> list[tuple[Any, ...]]:
     """A pending delivery to each of ``urls`` of each ``(instant, body, decision_seq)``, in the
-    order of ``store.webhooks.COLUMNS``."""
+    order of ``store.queries.webhooks.COLUMNS``."""
     now = clock.now_iso()
     return [(delivery_id(), url, event, text, seq, at, now, at) for at, text, seq in deliveries for url in urls]
 

@@ -8,7 +8,7 @@ A delivery's body may be NULL, with the seq of the Decision it reports: the
 deliverer composes the body from that Decision at each attempt. Deliveries
 already written keep their bodies. The id's unique index goes: every write of
 an outbox row paid for it, and its lookups go through the state index instead
-(see store.webhooks).
+(see store.queries.webhooks).
 """
 
 from alembic import op

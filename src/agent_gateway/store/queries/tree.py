@@ -3,7 +3,7 @@
 Leaf ``i`` is the ``i``-th Decision by ``seq``; its data is the Decision's JWS.
 The tree grows in the transaction that writes its Decisions (see
 ``decisions.service.publish_many``), after their numbers are drawn: the lock
-that orders publishers (``store.decisions.draw_numbers``) orders leaves too,
+that orders publishers (``store.queries.decisions.draw_numbers``) orders leaves too,
 so leaf order is ``seq`` order in every process, and a rolled-back publish
 leaves no leaf. Nodes are written once and never change (see
 ``merkle``), so reads need no transaction: a tree size read
@@ -138,7 +138,7 @@ def _hashes(rows: Sequence[Sequence[object]]) -> dict[merkle.Node, bytes]:
 @dataclasses.dataclass(frozen=True)
 class Growth:
     """What appending leaves writes: their first leaf index, and the nodes they complete as
-    ``(key, hash)`` rows (written by ``store.decisions.insert``, with the Decisions)."""
+    ``(key, hash)`` rows (written by ``store.queries.decisions.insert``, with the Decisions)."""
 
     first_leaf: int
     nodes: list[tuple[int, bytes]]
@@ -160,7 +160,7 @@ _committed: weakref.WeakKeyDictionary[sa.Engine, _Committed] = weakref.WeakKeyDi
 
 async def growth(conn: AsyncConnection, numbers: Sequence[int], leaves: Sequence[bytes]) -> Growth:
     """What appending the Decisions' JWS ``leaves`` writes, in the caller's transaction after
-    their ``numbers`` were drawn (``store.decisions.draw_numbers``).
+    their ``numbers`` were drawn (``store.queries.decisions.draw_numbers``).
 
     The frontier is read (one statement) unless this process's last committed growth left it
     and those numbers follow on from that growth's: every publisher draws numbers under the
@@ -191,7 +191,7 @@ def _sqlite_insert(count: int) -> str:
 
 
 async def write(conn: AsyncConnection, growth: Growth) -> None:
-    """Write ``growth``'s nodes on SQLite (on PostgreSQL they go in with the Decisions: ``store.decisions``)."""
+    """Write ``growth``'s nodes on SQLite (on PostgreSQL they go in with the Decisions: ``store.queries.decisions``)."""
     await direct.run_sqlite(conn, _sqlite_insert(len(growth.nodes)), [value for node in growth.nodes for value in node])
 
 
