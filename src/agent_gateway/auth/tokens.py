@@ -33,6 +33,11 @@ def digest(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
+async def live(store: Store, digests: list[str]) -> set[str]:
+    """Which of ``digests`` are of Tokens that exist and have not expired now."""
+    return await queries.live_digests(store, digests=digests, now=clock.now_iso())
+
+
 def bearer(authorization: str | None) -> str | None:
     """The Token in ``Authorization: Bearer <Token>``, or None when the header holds no Token of ours."""
     if authorization is None:

@@ -146,6 +146,16 @@ async def read(store: Store, user_id: str, window: Window) -> list[Message]:
     return await queries.window(store, user_id=user_id, window=window)
 
 
+async def last_row(store: Store) -> int:
+    """Where all logs together end on SQLite (the table's rowid, 0 when empty): it only grows."""
+    return await queries.last_rowid(store)
+
+
+async def writers_since(store: Store, row: int) -> list[str]:
+    """The Users with a Message written after :func:`last_row` was ``row`` (on SQLite)."""
+    return await queries.writers_since(store, rowid=row)
+
+
 class InvalidText(errors.InvalidInput):
     """text must be a non-empty string without NUL characters."""
 

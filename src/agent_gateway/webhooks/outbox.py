@@ -10,7 +10,8 @@ copy, and is written by the Decisions' own insert
 (:func:`decision_deliveries`); :func:`composed` makes the same bytes from it at
 each attempt. Where no endpoint subscribes to an event, its writers pay one
 dictionary lookup and write nothing: the records of :func:`add` are not even
-built.
+built. The operator's view of the outbox and its retry (``agent-gateway
+webhooks``) go through here too (:func:`newest`, :func:`retry`).
 """
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from agent_gateway import clock, jsontext
+from agent_gateway import clock, errors, jsontext
 from agent_gateway.store import engine
+from agent_gateway.store.engine import Store
 from agent_gateway.store.queries import decisions as decision_queries
 from agent_gateway.store.queries import runs as run_queries
 from agent_gateway.store.queries import signals as signal_queries
@@ -121,3 +123,26 @@ async def signals_failed(conn: AsyncConnection, signal_ids: Sequence[str]) -> No
         failed = await signal_queries.get_many(conn, ids=signal_ids)
         now = clock.now_iso()
         await add(conn, SIGNAL_FAILED, ((now, signal.to_json()) for signal in failed))
+
+
+async def newest(store: Store, *, limit: int, state: str | None = None) -> list[queries.Delivery]:
+    """The newest ``limit`` deliveries, newest event first; only those in ``state`` when given."""
+    async with store.read() as conn:
+        return await queries.newest(conn, limit=limit, state=state)
+
+
+class NotRetriable(errors.GatewayError):
+    """Only a failed or dead delivery can be retried."""
+
+
+async def retry(conn: AsyncConnection, id: str) -> queries.Delivery:
+    """Make the failed or dead delivery ``id`` due now, with a fresh retry period; the
+    deliverers are woken once the caller's transaction commits."""
+    retried = await queries.retry(conn, id=id, now=clock.now_iso())
+    if retried is None:
+        found = await queries.get(conn, id=id)
+        if found is None:
+            raise errors.NotFound(f"no webhook delivery has the id {id}")
+        raise NotRetriable(f"delivery {id} is {found.state}; only a failed or dead delivery can be retried")
+    engine.notify(conn, CHANNEL)
+    return retried
