@@ -22,7 +22,6 @@ from agent_gateway.store.queries import tree
 from agent_gateway.store.window import Window
 from agent_gateway.transparency import service as transparency
 from tests import served
-from tests.foundation.conftest import empty_database_url  # noqa: F401
 from tests.test_merkle import mth, path, subproof
 
 identity = SigningIdentity(keys.generate_pem("ed25519"))
@@ -118,7 +117,7 @@ def _run(url: str, coroutine_factory) -> object:  # type: ignore[no-untyped-def]
 
 def test_migrate_from_0001_builds_the_tree_of_the_decisions_already_there(
     tmp_path: Path,
-    empty_database_url: str,  # noqa: F811
+    empty_database_url: str,
 ) -> None:
     url = empty_database_url
     if url.startswith("sqlite"):

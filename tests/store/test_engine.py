@@ -467,7 +467,7 @@ async def test_writes_past_the_wal_threshold_reach_the_database_file(store: Stor
 
 _WRITE_THEN_DIE = """
 import asyncio, os, signal, sys
-from tests.foundation.test_store import write_bulk
+from tests.store.test_engine import write_bulk
 from agent_gateway.store.engine import Store
 
 async def main():
