@@ -44,8 +44,8 @@ import sqlalchemy as sa
 from agent_gateway import clock
 from agent_gateway.signatures import keys
 from agent_gateway.signatures.identity import SigningIdentity
-from agent_gateway.store.decisions import POSTGRES_SEQUENCE
 from agent_gateway.store.engine import Store
+from agent_gateway.store.queries.decisions import POSTGRES_SEQUENCE
 from bench import harness
 
 STATEMENT = "The release of 2026-11-21 is approved; rollback plan attached as item 4."

@@ -32,7 +32,7 @@ from agent_gateway import config
 from agent_gateway.runtimes.command import CommandRuntime
 from agent_gateway.sandbox import choose
 from agent_gateway.sandbox.bubblewrap import Sandbox
-from agent_gateway.store.runs import Run
+from agent_gateway.store.queries.runs import Run
 from bench import agent, harness
 
 # The program of part 2: sequential kept-alive requests to the Agent server, milliseconds each as JSON.

@@ -39,7 +39,7 @@ from agent_gateway.signals import service
 from agent_gateway.signatures import keys
 from agent_gateway.store import migrate
 from agent_gateway.store.engine import Store
-from agent_gateway.store.runs import Run
+from agent_gateway.store.queries.runs import Run
 from agent_gateway.store.tables import runs, signals
 from bench import harness
 

@@ -16,7 +16,7 @@ POST /decisions throughput with the tree is ``python -m bench.decisions --scenar
 run here and on a checkout of main (its target: at least 90 % of main's).
 
 The logs are filled in the set-up, not through the API: the Decision rows with one bulk
-write and the tree's nodes computed here with ``transparency.merkle`` and written with
+write and the tree's nodes computed here with ``merkle`` and written with
 them (COPY on PostgreSQL), exactly the rows publishing would have written. The proofs
 scenario gives every row the same real JWS (rows of their real size); the audit scenario
 signs each Decision, since the audit checks every signature.
@@ -38,13 +38,12 @@ from pathlib import Path
 import asyncpg
 import orjson
 
-from agent_gateway import clock
+from agent_gateway import clock, merkle
 from agent_gateway.signatures import keys
 from agent_gateway.signatures.identity import SigningIdentity
 from agent_gateway.signatures.service import DECISION_TYP
-from agent_gateway.store import tree
-from agent_gateway.store.decisions import POSTGRES_SEQUENCE
-from agent_gateway.transparency import merkle
+from agent_gateway.store.queries import tree
+from agent_gateway.store.queries.decisions import POSTGRES_SEQUENCE
 from bench import harness
 from bench.decisions import STATEMENT, settle
 from tests.served import ServedGateway, cli_env
@@ -196,7 +195,7 @@ def scripts(size: int) -> list[tuple[str, str]]:
 
 def warm_up(served: ServedGateway, size: int) -> None:
     """Unmeasured: the set-up wrote the log in bulk behind the gateway's back, so its first proofs
-    would fill the cache of the tree's top levels (``store.tree``), and read pages into the
+    would fill the cache of the tree's top levels (``store.queries.tree``), and read pages into the
     database's and the OS's caches, that a log grown through the API has already."""
     for _, lua in scripts(size):
         harness.wrk(served.agent_url + "/", lua, duration_s=WARM_UP_S, connections=LATENCY_CONNECTIONS)

@@ -149,6 +149,18 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
     databases.drop(name)
 
 
+@pytest.fixture(params=["sqlite", "postgresql"])
+def empty_database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A database of each backend that no migration has touched."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'fresh.db'}"
+        return
+    databases: Databases = request.getfixturevalue("postgres_databases")
+    name = databases.empty()
+    yield postgres_url_of(name)
+    databases.drop(name)
+
+
 @pytest.fixture
 async def store(database_url: str) -> AsyncIterator[Store]:
     store = Store(database_url)

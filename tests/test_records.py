@@ -16,7 +16,7 @@ from agent_gateway.gateway import Gateway
 from agent_gateway.messages import service as messages_service
 from agent_gateway.scheduler import service as scheduler_service
 from agent_gateway.signals import service as signals_service
-from agent_gateway.store import runs as run_queries
+from agent_gateway.store.queries import runs as run_queries
 from agent_gateway.store.window import Window
 from agent_gateway.users import service as users_service
 

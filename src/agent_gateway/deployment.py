@@ -14,7 +14,7 @@ from agent_gateway.auth import service as auth_service
 from agent_gateway.config import ScryptCost
 from agent_gateway.signatures import keys
 from agent_gateway.store.engine import Store
-from agent_gateway.store.users import User
+from agent_gateway.store.queries.users import User
 from agent_gateway.users import service as users_service
 
 CONFIG_NAME = "gateway.toml"

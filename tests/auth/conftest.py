@@ -11,7 +11,7 @@ from fastapi import Request
 from agent_gateway.auth import service as auth_service
 from agent_gateway.auth.schemes import Authenticated
 from agent_gateway.gateway import Gateway
-from agent_gateway.store.users import User
+from agent_gateway.store.queries.users import User
 from agent_gateway.users import service as users_service
 
 PASSWORD = "correct horse battery staple"

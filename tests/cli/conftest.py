@@ -18,9 +18,9 @@ from agent_gateway.decisions import service as decisions
 from agent_gateway.messages import service as messages
 from agent_gateway.signals import service as signals
 from agent_gateway.signatures.identity import SigningIdentity
-from agent_gateway.store import runs as run_queries
-from agent_gateway.store import signals as signal_queries
 from agent_gateway.store.engine import Store
+from agent_gateway.store.queries import runs as run_queries
+from agent_gateway.store.queries import signals as signal_queries
 from agent_gateway.users import service as users
 
 

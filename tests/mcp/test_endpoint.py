@@ -15,8 +15,8 @@ import mcp
 import pytest
 
 from tests import served
-from tests.foundation.test_connections import connect as open_connection
-from tests.foundation.test_connections import error_of, exchange
+from tests.http.test_connections import connect as open_connection
+from tests.http.test_connections import error_of, exchange
 from tests.mcp.conftest import CALL_TIMEOUT_S, TRANSPORTS, connect, succeeded
 
 pytestmark = pytest.mark.e2e

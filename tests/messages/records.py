@@ -14,8 +14,8 @@ import sqlalchemy as sa
 from fastapi import Request
 
 from agent_gateway.auth import schemes
-from agent_gateway.store import users as user_queries
 from agent_gateway.store.engine import Store
+from agent_gateway.store.queries import users as user_queries
 from agent_gateway.store.tables import messages, signals
 
 

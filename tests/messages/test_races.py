@@ -14,8 +14,8 @@ import sqlalchemy as sa
 
 from agent_gateway import clock
 from agent_gateway.gateway import Gateway
-from agent_gateway.store import messages as queries
 from agent_gateway.store.engine import Store
+from agent_gateway.store.queries import messages as queries
 
 from tests import served
 from tests.messages.records import assert_error, bearer, stored_messages, stored_signals, waiting_on_a_lock

@@ -9,8 +9,8 @@ import pytest
 
 from agent_gateway import clock
 from agent_gateway.messages import service
-from agent_gateway.store import messages as queries
 from agent_gateway.store.engine import Store
+from agent_gateway.store.queries import messages as queries
 from agent_gateway.store.window import Window
 from agent_gateway.users import service as users
 

@@ -17,7 +17,7 @@ from agent_gateway.config import Address
 from agent_gateway.runtimes import command, runtime
 from agent_gateway.runtimes.command import CommandRuntime
 from agent_gateway.runtimes.runtime import RunFailed
-from agent_gateway.store.runs import Run
+from agent_gateway.store.queries.runs import Run
 
 from tests.signals.conftest import AgentProgram
 

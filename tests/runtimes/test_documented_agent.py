@@ -10,7 +10,7 @@ import pytest
 
 from agent_gateway.runtimes.persistent import PersistentRuntime
 from agent_gateway.runtimes.runtime import RunFailed
-from agent_gateway.store.runs import Run
+from agent_gateway.store.queries.runs import Run
 
 from tests.runtimes.test_echo import USER, AgentServer, agent_server
 

@@ -68,7 +68,7 @@ def agent_server() -> Iterator[AgentServer]:
 
 
 def a_run(prompt: str, session: str) -> Any:
-    from agent_gateway.store.runs import Run
+    from agent_gateway.store.queries.runs import Run
 
     return Run("r", "s", session, prompt, "running", None, None, None)
 

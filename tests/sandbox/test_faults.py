@@ -19,7 +19,7 @@ from agent_gateway.runtimes.failure import RunFailed
 from agent_gateway.runtimes.persistent import PersistentRuntime
 from agent_gateway.sandbox import cgroups, choose
 from agent_gateway.sandbox.bubblewrap import Sandbox
-from agent_gateway.store.runs import Run
+from agent_gateway.store.queries.runs import Run
 
 from tests.runtimes.test_persistent import AGENT, Agent
 from tests.signals.conftest import AgentProgram, until

@@ -16,8 +16,8 @@ from prometheus_client import REGISTRY
 from agent_gateway import clock, config
 from agent_gateway.gateway import Gateway
 from agent_gateway.scheduler import service, timer
-from agent_gateway.store import schedules
 from agent_gateway.store.engine import Store
+from agent_gateway.store.queries import schedules
 from agent_gateway.store.tables import signals as signals_table
 
 from tests.scheduler.conftest import fired, schedule_rows

@@ -18,8 +18,8 @@ from agent_gateway.gateway import Gateway
 from agent_gateway.runtimes.runtime import RunFailed
 from agent_gateway.signals import service
 from agent_gateway.store.engine import Store
-from agent_gateway.store.runs import Run
-from agent_gateway.store.signals import Signal
+from agent_gateway.store.queries.runs import Run
+from agent_gateway.store.queries.signals import Signal
 
 AGENT_PROGRAM = Path(__file__).resolve().parents[1] / "agent_program.py"
 # A guard against a hung test, not a measurement: outcomes normally arrive in milliseconds.

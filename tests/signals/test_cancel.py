@@ -22,10 +22,10 @@ import pytest
 
 from agent_gateway.signals import service
 from agent_gateway.signals.handlers import Prompt
-from agent_gateway.store import runs as run_queries
-from agent_gateway.store import signals as signal_queries
 from agent_gateway.store.engine import Store
-from agent_gateway.store.signals import Signal
+from agent_gateway.store.queries import runs as run_queries
+from agent_gateway.store.queries import signals as signal_queries
+from agent_gateway.store.queries.signals import Signal
 
 from tests import served
 from tests.runtimes.test_persistent import Agent, gone

@@ -11,7 +11,7 @@ from agent_gateway import config
 from agent_gateway.gateway import Gateway
 from agent_gateway.signals import handlers
 from agent_gateway.signals.handlers import Handlers, Prompt, TemplateFailed, TemplateHandler
-from agent_gateway.store.signals import Signal
+from agent_gateway.store.queries.signals import Signal
 
 
 def a_signal(payload: object, kind: str = "k") -> Signal:

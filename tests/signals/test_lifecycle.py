@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from agent_gateway.signals.handlers import Prompt
-from agent_gateway.store.signals import Signal
+from agent_gateway.store.queries.signals import Signal
 
 from tests.signals.conftest import AgentProgram, GatewayFactory, emit, finished, runs_of, signal_of
 

@@ -16,10 +16,10 @@ from agent_gateway import clock, config
 from agent_gateway.gateway import Gateway
 from agent_gateway.messages import service as messages
 from agent_gateway.signals import retention
-from agent_gateway.store import runs as run_queries
-from agent_gateway.store import signals as signal_queries
 from agent_gateway.store import tables
 from agent_gateway.store.engine import Store
+from agent_gateway.store.queries import runs as run_queries
+from agent_gateway.store.queries import signals as signal_queries
 from agent_gateway.users import service as users
 from tests import served
 from tests.signals.conftest import until

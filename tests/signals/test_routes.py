@@ -10,8 +10,8 @@ import pytest
 from agent_gateway import clock
 from agent_gateway.gateway import Gateway
 from agent_gateway.signals import service
-from agent_gateway.store import runs as run_queries
-from agent_gateway.store import signals as signal_queries
+from agent_gateway.store.queries import runs as run_queries
+from agent_gateway.store.queries import signals as signal_queries
 
 from tests.signals.conftest import emit
 

@@ -6,9 +6,9 @@ import uuid
 
 from agent_gateway import clock
 from agent_gateway.signals import service
-from agent_gateway.store import runs as run_queries
-from agent_gateway.store import signals as signal_queries
 from agent_gateway.store.engine import Store
+from agent_gateway.store.queries import runs as run_queries
+from agent_gateway.store.queries import signals as signal_queries
 
 from tests.signals.conftest import GatewayFactory, Recording, emit, finished, runs_of, signal_of
 

@@ -12,7 +12,7 @@ import pytest
 from agent_gateway import clock
 from agent_gateway.signals import service
 from agent_gateway.signals.handlers import Prompt, TemplateHandler
-from agent_gateway.store.signals import Signal
+from agent_gateway.store.queries.signals import Signal
 
 from tests.signals.conftest import (
     AgentProgram,
@@ -360,8 +360,8 @@ async def test_a_worker_failure_mid_signal_still_ends_the_signal_and_its_runs(
     A Run's end is recorded by ``runs.finish`` or, with its Signal's end and the next
     claim, by ``signals.end_and_claim``: whichever is called first raises.
     """
-    from agent_gateway.store import runs as run_queries
-    from agent_gateway.store import signals as signal_queries
+    from agent_gateway.store.queries import runs as run_queries
+    from agent_gateway.store.queries import signals as signal_queries
 
     failed = False
 

@@ -13,8 +13,8 @@ from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
 from fastapi import Request
 
 from agent_gateway.auth.schemes import Authenticated
-from agent_gateway.store import users
 from agent_gateway.store.engine import Store
+from agent_gateway.store.queries import users
 
 
 def b64decode(segment: str) -> bytes:

@@ -12,7 +12,7 @@ import pytest
 from agent_gateway.signatures import keys
 from agent_gateway.signatures.identity import SigningIdentity
 
-from tests.foundation.test_cli import one_error_line
+from tests.cli.test_main import one_error_line
 from tests.served import ServedGateway, run_cli
 from tests.signatures.helpers import independent_verify, segments
 

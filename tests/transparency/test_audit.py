@@ -11,9 +11,9 @@ import orjson
 from agent_gateway.signatures import keys
 from agent_gateway.signatures.identity import SigningIdentity
 from agent_gateway.signatures.service import DECISION_TYP
-from agent_gateway.store.tree import key
-from tests.foundation.test_cli import one_error_line
-from tests.foundation.test_operator_errors import run_sql
+from agent_gateway.store.queries.tree import key
+from tests.cli.test_main import one_error_line
+from tests.cli.test_operator_errors import run_sql
 from tests.served import ServedGateway, run_cli
 
 

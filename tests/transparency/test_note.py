@@ -9,9 +9,10 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
 
+from agent_gateway import merkle
 from agent_gateway.signatures import keys
 from agent_gateway.signatures.identity import SigningIdentity
-from agent_gateway.transparency import merkle, note
+from agent_gateway.transparency import note
 from tests.signatures.test_key_types import rsa_pem
 
 ORIGIN = "example.com/decisions"

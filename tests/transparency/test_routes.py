@@ -7,9 +7,10 @@ import base64
 import httpx
 import pytest
 
+from agent_gateway import merkle
 from agent_gateway.gateway import Gateway
-from agent_gateway.transparency import merkle, note
-from tests.transparency.test_merkle import mth
+from agent_gateway.transparency import note
+from tests.test_merkle import mth
 
 ROUTES = ["/checkpoint", "/checkpoint/consistency?from=1", "/decisions/1/proof"]
 

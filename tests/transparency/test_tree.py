@@ -10,20 +10,19 @@ import orjson
 import pytest
 import sqlalchemy as sa
 
-from agent_gateway import deployment, errors
+from agent_gateway import deployment, errors, merkle
 from agent_gateway.decisions import service
 from agent_gateway.decisions.service import DecisionNotFound
 from agent_gateway.signatures import keys
 from agent_gateway.signatures.identity import SigningIdentity
 from agent_gateway.signatures.service import DECISION_TYP
-from agent_gateway.store import migrate, tree
+from agent_gateway.store import migrate
 from agent_gateway.store.engine import Store, create_engine
+from agent_gateway.store.queries import tree
 from agent_gateway.store.window import Window
-from agent_gateway.transparency import merkle
 from agent_gateway.transparency import service as transparency
 from tests import served
-from tests.foundation.conftest import empty_database_url  # noqa: F401
-from tests.transparency.test_merkle import mth, path, subproof
+from tests.test_merkle import mth, path, subproof
 
 identity = SigningIdentity(keys.generate_pem("ed25519"))
 
@@ -118,7 +117,7 @@ def _run(url: str, coroutine_factory) -> object:  # type: ignore[no-untyped-def]
 
 def test_migrate_from_0001_builds_the_tree_of_the_decisions_already_there(
     tmp_path: Path,
-    empty_database_url: str,  # noqa: F811
+    empty_database_url: str,
 ) -> None:
     url = empty_database_url
     if url.startswith("sqlite"):

@@ -9,13 +9,13 @@ from collections.abc import Sequence
 
 import pytest
 
+from agent_gateway import merkle
 from agent_gateway.decisions import service
-from agent_gateway.store import tree
 from agent_gateway.store.engine import Store
+from agent_gateway.store.queries import tree
 from agent_gateway.store.window import Window
-from agent_gateway.transparency import merkle
 from agent_gateway.transparency import service as transparency
-from tests.transparency.test_merkle import mth, path, subproof
+from tests.test_merkle import mth, path, subproof
 from tests.transparency.test_tree import identity
 
 # Small levels and steps, so that logs of tens of Decisions fill the cache a little at a time and

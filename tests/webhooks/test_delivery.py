@@ -12,9 +12,8 @@ import sqlalchemy as sa
 from agent_gateway import clock, config
 from agent_gateway.gateway import Gateway
 from agent_gateway.scheduler import service as scheduler
-from agent_gateway.store import tables
-from agent_gateway.store import vacuum
-from agent_gateway.store import webhooks as deliveries
+from agent_gateway.store import tables, vacuum
+from agent_gateway.store.queries import webhooks as deliveries
 from agent_gateway.users import service as users
 from agent_gateway.webhooks import outbox
 from tests.webhooks.conftest import endpoint, with_endpoints

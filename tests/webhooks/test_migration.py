@@ -10,7 +10,6 @@ from alembic import command
 
 from agent_gateway.store import migrate
 from agent_gateway.store.engine import create_engine
-from tests.foundation.conftest import empty_database_url  # noqa: F401
 
 COPIED = '{"type":"message.inbound","timestamp":"2026-11-25T10:00:00.000Z","data":{"text":"hi"}}'
 DECISION = {"seq": 7, "statement": '"we ship"', "jws": "e30.e30.c2ln", "created_at": "2026-11-26T09:30:00.000Z"}
@@ -41,7 +40,7 @@ def _downgrade_to_0003(connection: sa.Connection) -> None:
     command.downgrade(config, "0003")
 
 
-def test_upgrade_keeps_copies_refers_from_then_on_and_downgrade_copies_back(empty_database_url: str) -> None:  # noqa: F811
+def test_upgrade_keeps_copies_refers_from_then_on_and_downgrade_copies_back(empty_database_url: str) -> None:
     url = empty_database_url
     if url.startswith("sqlite"):
         migrate.create_sqlite_file(url)

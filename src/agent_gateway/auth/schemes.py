@@ -16,7 +16,7 @@ from typing import Protocol
 from fastapi import Request
 
 from agent_gateway import errors
-from agent_gateway.store.users import User
+from agent_gateway.store.queries.users import User
 
 @dataclasses.dataclass(frozen=True)
 class Authenticated:

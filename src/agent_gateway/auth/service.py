@@ -16,10 +16,10 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from agent_gateway import clock, errors, records
 from agent_gateway.auth import passwords, tokens
 from agent_gateway.config import ScryptCost
-from agent_gateway.store import passwords as password_queries
-from agent_gateway.store import tokens as token_queries
 from agent_gateway.store.engine import Store
-from agent_gateway.store.users import User
+from agent_gateway.store.queries import passwords as password_queries
+from agent_gateway.store.queries import tokens as token_queries
+from agent_gateway.store.queries.users import User
 from agent_gateway.users import service as users_service
 
 __all__ = [

@@ -15,8 +15,8 @@ from fastapi import Request
 
 from agent_gateway import clock
 from agent_gateway.auth.schemes import Authenticated
-from agent_gateway.store import tokens as queries
 from agent_gateway.store.engine import Store
+from agent_gateway.store.queries import tokens as queries
 
 PREFIX = "agw_"
 RANDOM_BYTES = 32
@@ -31,6 +31,11 @@ def new() -> str:
 def digest(token: str) -> str:
     """What the store keeps of a Token: its SHA-256, in hex."""
     return hashlib.sha256(token.encode()).hexdigest()
+
+
+async def live(store: Store, digests: list[str]) -> set[str]:
+    """Which of ``digests`` are of Tokens that exist and have not expired now."""
+    return await queries.live_digests(store, digests=digests, now=clock.now_iso())
 
 
 def bearer(authorization: str | None) -> str | None:

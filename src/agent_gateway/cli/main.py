@@ -29,7 +29,7 @@ from agent_gateway.cli.common import ConfigOption, fail, load_settings, masked, 
 from agent_gateway.ops import logs
 from agent_gateway.store import migrate as migrations
 from agent_gateway.store.engine import Store
-from agent_gateway.store.users import User
+from agent_gateway.store.queries.users import User
 
 ForceOption = Annotated[
     bool,

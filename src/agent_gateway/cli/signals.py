@@ -9,9 +9,9 @@ import typer
 
 from agent_gateway.cli.common import ConfigOption, checked_uuid, print_json, with_store
 from agent_gateway.signals import service
-from agent_gateway.store import runs as run_states
-from agent_gateway.store import signals as signal_states
 from agent_gateway.store.engine import Store
+from agent_gateway.store.queries import runs as run_states
+from agent_gateway.store.queries import signals as signal_states
 
 signals_app = typer.Typer(help="Read Signals, the queue that wakes the agent; cancel a pending one.", no_args_is_help=True)
 runs_app = typer.Typer(help="Read Runs, each execution of the agent for a Signal; cancel one.", no_args_is_help=True)

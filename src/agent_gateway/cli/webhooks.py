@@ -7,10 +7,9 @@ from typing import Annotated
 
 import typer
 
-from agent_gateway import clock, errors
 from agent_gateway.cli.common import ConfigOption, checked_uuid, print_json, with_store
-from agent_gateway.store import webhooks as queries
-from agent_gateway.store.engine import Store, notify
+from agent_gateway.store.engine import Store
+from agent_gateway.store.queries import webhooks as queries
 from agent_gateway.webhooks import outbox
 
 app = typer.Typer(
@@ -37,15 +36,10 @@ def deliveries(
     """Print webhook deliveries as a JSON array, newest event first."""
 
     async def work(store: Store) -> list:
-        async with store.read() as conn:
-            found = await queries.newest(conn, limit=limit, state=state and state.value)
+        found = await outbox.newest(store, limit=limit, state=state and state.value)
         return [delivery.to_json() for delivery in found]
 
     print_json(with_store(config_path, work))
-
-
-class NotRetriable(errors.GatewayError):
-    """Only a failed or dead delivery can be retried."""
 
 
 @app.command("retry")
@@ -60,13 +54,7 @@ def retry(
 
     async def work(store: Store) -> dict:
         async with store.transaction() as conn:
-            retried = await queries.retry(conn, id=checked, now=clock.now_iso())
-            if retried is None:
-                found = await queries.get(conn, id=checked)
-                if found is None:
-                    raise errors.NotFound(f"no webhook delivery has the id {checked}")
-                raise NotRetriable(f"delivery {checked} is {found.state}; only a failed or dead delivery can be retried")
-            notify(conn, outbox.CHANNEL)
+            retried = await outbox.retry(conn, checked)
         return retried.to_json()
 
     print_json(with_store(config_path, work))

@@ -17,11 +17,11 @@ from agent_gateway import clock, errors
 from agent_gateway.ops import metrics
 from agent_gateway.signatures.identity import SigningIdentity
 from agent_gateway.signatures.service import DECISION_TYP
-from agent_gateway.store import decisions as queries
-from agent_gateway.store import tree
 from agent_gateway.store.batch import Batcher
-from agent_gateway.store.decisions import Decision
 from agent_gateway.store.engine import Store, on_commit
+from agent_gateway.store.queries import decisions as queries
+from agent_gateway.store.queries import tree
+from agent_gateway.store.queries.decisions import Decision
 from agent_gateway.store.window import Window
 from agent_gateway.webhooks import outbox
 
@@ -39,7 +39,7 @@ async def publish(conn: AsyncConnection, identity: SigningIdentity, statement: s
     in the caller's transaction; the payload is ``{seq, createdAt,
     statement}`` in that order under typ ``service-decision+jws``, and the
     stored ``createdAt`` is the very string that was signed. Concurrent
-    publishers never share a number (see ``store.decisions.draw_numbers``).
+    publishers never share a number (see ``store.queries.decisions.draw_numbers``).
     Raises :class:`errors.InvalidInput` for an empty Statement and
     ``AlgorithmMismatch`` when the configured algorithm cannot be performed
     by the key; the caller's transaction then rolls back.
@@ -59,7 +59,7 @@ async def publish_many(conn: AsyncConnection, identity: SigningIdentity, stateme
         created_at = clock.now_iso()
         payload = orjson.dumps({"seq": seq, "createdAt": created_at, "statement": statement})
         published.append(Decision(seq, statement, identity.sign(payload, DECISION_TYP), created_at))
-    # The Merkle tree grows in the same transaction, leaves in seq order (see store.tree).
+    # The Merkle tree grows in the same transaction, leaves in seq order (see store.queries.tree).
     growth = await tree.growth(conn, numbers, [decision.jws.encode() for decision in published])
     await queries.insert(conn, published, growth, outbox.decision_deliveries(conn, published), channel=outbox.CHANNEL)
     return published

@@ -8,7 +8,7 @@ function takes a connection inside the caller's transaction; a :class:`Writer`
 
 Numbering: ``seq`` is computed inside the INSERT and the (User, seq) primary
 key refuses a duplicate. To keep that refusal rare, the writers of one User are
-serialised first (``store.messages.lock_logs``): on PostgreSQL by locking the
+serialised first (``store.queries.messages.lock_logs``): on PostgreSQL by locking the
 User's row for the rest of the transaction, on SQLite by the write transaction
 itself (``BEGIN IMMEDIATE``).
 """
@@ -25,10 +25,10 @@ from agent_gateway import clock, errors
 from agent_gateway.ops import metrics
 from agent_gateway.signals import service as signals
 from agent_gateway.store import engine
-from agent_gateway.store import messages as queries
 from agent_gateway.store.batch import Batcher
 from agent_gateway.store.engine import Store
-from agent_gateway.store.messages import LostRace, Message
+from agent_gateway.store.queries import messages as queries
+from agent_gateway.store.queries.messages import LostRace, Message
 from agent_gateway.store.window import Window
 from agent_gateway.users.service import UserNotFound
 from agent_gateway.webhooks import outbox
@@ -144,6 +144,16 @@ async def read(store: Store, user_id: str, window: Window) -> list[Message]:
     A User nobody holds has an empty log (the read routes list no 404).
     """
     return await queries.window(store, user_id=user_id, window=window)
+
+
+async def last_row(store: Store) -> int:
+    """Where all logs together end on SQLite (the table's rowid, 0 when empty): it only grows."""
+    return await queries.last_rowid(store)
+
+
+async def writers_since(store: Store, row: int) -> list[str]:
+    """The Users with a Message written after :func:`last_row` was ``row`` (on SQLite)."""
+    return await queries.writers_since(store, rowid=row)
 
 
 class InvalidText(errors.InvalidInput):

@@ -14,9 +14,9 @@ from agent_gateway.http.app import create_app
 from agent_gateway.http.app import router as new_router
 from agent_gateway.http.routing import json_response
 from agent_gateway.ops import metrics, readiness
-from agent_gateway.signals import service as signals
 from agent_gateway.ops.view import GatewayView
-from agent_gateway.store import signals as signal_queries
+from agent_gateway.signals import service as signals
+from agent_gateway.store.queries import signals as signal_queries
 
 logger = logging.getLogger(__name__)
 

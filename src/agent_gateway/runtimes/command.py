@@ -23,7 +23,7 @@ from pathlib import Path
 from agent_gateway.runtimes import process as processes
 from agent_gateway.runtimes.process import STDERR_TAIL_BYTES
 from agent_gateway.sandbox.bubblewrap import Sandbox
-from agent_gateway.store.runs import Run
+from agent_gateway.store.queries.runs import Run
 
 __all__ = ["STDERR_TAIL_BYTES", "CommandRuntime"]
 

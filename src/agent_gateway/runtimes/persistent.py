@@ -30,7 +30,7 @@ import orjson
 from agent_gateway.runtimes import process as processes
 from agent_gateway.runtimes.failure import RunFailed
 from agent_gateway.sandbox.bubblewrap import Sandbox
-from agent_gateway.store.runs import Run
+from agent_gateway.store.queries.runs import Run
 
 # Longest line the agent may answer with; a longer one breaks the protocol.
 MAX_LINE_BYTES = 1024 * 1024

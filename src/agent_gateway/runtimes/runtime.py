@@ -20,7 +20,7 @@ from agent_gateway.runtimes.command import CommandRuntime
 from agent_gateway.runtimes.failure import RunFailed
 from agent_gateway.runtimes.persistent import PersistentRuntime
 from agent_gateway.sandbox import choose
-from agent_gateway.store.runs import Run
+from agent_gateway.store.queries.runs import Run
 
 __all__ = ["NoRuntime", "RunFailed", "Runtime", "agent_server_url", "from_settings"]
 

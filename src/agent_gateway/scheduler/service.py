@@ -21,8 +21,8 @@ from agent_gateway.scheduler import spec as specs
 from agent_gateway.scheduler.spec import InvalidSchedule
 from agent_gateway.signals import service as signals
 from agent_gateway.store import engine
-from agent_gateway.store import schedules as queries
-from agent_gateway.store.schedules import Schedule
+from agent_gateway.store.queries import schedules as queries
+from agent_gateway.store.queries.schedules import Schedule
 from agent_gateway.webhooks import outbox
 
 __all__ = [

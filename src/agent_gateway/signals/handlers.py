@@ -28,7 +28,7 @@ from jinja2.sandbox import SandboxedEnvironment
 
 from agent_gateway import errors
 from agent_gateway.config import SettingsError
-from agent_gateway.store.signals import Signal
+from agent_gateway.store.queries.signals import Signal
 
 _ENVIRONMENT = SandboxedEnvironment(undefined=jinja2.StrictUndefined, autoescape=False, keep_trailing_newline=True)
 _TABLE_KEYS = frozenset({"template", "session"})

@@ -16,8 +16,8 @@ import logging
 from datetime import timedelta
 
 from agent_gateway import clock
-from agent_gateway.store import retention as queries
 from agent_gateway.store.engine import Store
+from agent_gateway.store.queries import retention as queries
 
 logger = logging.getLogger(__name__)
 

@@ -15,10 +15,10 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agent_gateway import clock, errors
 from agent_gateway.store import engine
-from agent_gateway.store import runs as run_queries
-from agent_gateway.store import signals as signal_queries
-from agent_gateway.store.runs import Run
-from agent_gateway.store.signals import Signal
+from agent_gateway.store.queries import runs as run_queries
+from agent_gateway.store.queries import signals as signal_queries
+from agent_gateway.store.queries.runs import Run
+from agent_gateway.store.queries.signals import Signal
 from agent_gateway.webhooks import outbox
 
 __all__ = [

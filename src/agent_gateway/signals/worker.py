@@ -43,12 +43,12 @@ from agent_gateway.ops import metrics
 from agent_gateway.runtimes.runtime import RunFailed, Runtime
 from agent_gateway.signals import service
 from agent_gateway.signals.handlers import Handlers, Prompt, TemplateFailed
-from agent_gateway.store import runs as run_queries
-from agent_gateway.store import signals as signal_queries
 from agent_gateway.store.engine import Store
 from agent_gateway.store.notifications import Subscription
-from agent_gateway.store.runs import Run
-from agent_gateway.store.signals import Signal
+from agent_gateway.store.queries import runs as run_queries
+from agent_gateway.store.queries import signals as signal_queries
+from agent_gateway.store.queries.runs import Run
+from agent_gateway.store.queries.signals import Signal
 from agent_gateway.store.vacuum import Vacuum
 from agent_gateway.webhooks import outbox
 

@@ -72,15 +72,15 @@ decisions = sa.Table(
     sa.Column("statement", JSONText, nullable=False),
     sa.Column("jws", sa.Text, nullable=False),
     sa.Column("created_at", Instant, nullable=False),
-    # The Decision's leaf in the Merkle tree (store.tree), from 0 in seq order without gaps;
+    # The Decision's leaf in the Merkle tree (store.queries.tree), from 0 in seq order without gaps;
     # written with the Decision. Nullable only so that SQLite adds it without rebuilding the
     # table; unique through the tree's own key (a leaf is one row of decision_tree), so no index.
     sa.Column("leaf_index", sa.BigInteger, nullable=True),
     sqlite_autoincrement=True,
 )
 
-# The hashes of the complete subtrees of the Merkle tree over the Decision log (store.tree):
-# ``node`` names the subtree of 2**level leaves from index * 2**level (see store.tree.key).
+# The hashes of the complete subtrees of the Merkle tree over the Decision log (store.queries.tree):
+# ``node`` names the subtree of 2**level leaves from index * 2**level (see store.queries.tree.key).
 decision_tree = sa.Table(
     "decision_tree",
     metadata,
@@ -163,7 +163,7 @@ webhook_deliveries = sa.Table(
     sa.Column("position", Serial, primary_key=True, autoincrement=True),
     # The Standard Webhooks message id (webhook-id), the same on every attempt: a UUID version 7,
     # unique by its random bits. No index of its own (each outbox row would pay for it): every
-    # lookup by id also names the state, and goes through the state index (store.webhooks).
+    # lookup by id also names the state, and goes through the state index (store.queries.webhooks).
     sa.Column("id", Uuid, nullable=False),
     sa.Column("url", sa.Text, nullable=False),
     sa.Column("event", sa.String(32), nullable=False),

@@ -26,23 +26,13 @@ import logging
 from collections import Counter
 from typing import Protocol
 
-import sqlalchemy as sa
-
-from agent_gateway import clock
+from agent_gateway.auth import tokens
 from agent_gateway.config import Settings
 from agent_gateway.messages import service as messages
-from agent_gateway.store import direct, tokens
 from agent_gateway.store.engine import Store
 from agent_gateway.store.notifications import Subscription
-from agent_gateway.store.tables import messages as messages_table
 
 logger = logging.getLogger(__name__)
-
-_ROWID = sa.literal_column("rowid")
-_LAST_ROW = direct.Query(sa.select(sa.func.coalesce(sa.func.max(_ROWID), 0)).select_from(messages_table))
-_WRITTEN_SINCE = direct.Query(
-    sa.select(messages_table.c.user_id).distinct().where(_ROWID > sa.bindparam("rowid", type_=sa.Integer))
-)
 
 TICKS_PER_KEEP_ALIVE = 4
 MAX_TICK_S = 1.0
@@ -155,7 +145,7 @@ class Hub:
             if not watched:
                 continue
             try:
-                live = await tokens.live_digests(self.store, digests=sorted(set(watched.values())), now=clock.now_iso())
+                live = await tokens.live(self.store, sorted(set(watched.values())))
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # the database away: the next round asks again
@@ -175,13 +165,13 @@ class Hub:
                 last = None  # read afresh when a stream opens: it reads its backlog itself
                 continue
             try:
-                [(newest,)] = await self.store.fetch(_LAST_ROW)
+                newest = await messages.last_row(self.store)
                 if last is None:
                     # A row written between a stream's own read and this first one would be
                     # missed: every open stream reads once more.
                     woken = list(self._open)
                 elif newest > last:
-                    woken = [user_id for (user_id,) in await self.store.fetch(_WRITTEN_SINCE, rowid=last)]
+                    woken = await messages.writers_since(self.store, last)
                 else:
                     woken = []
                 last = newest

@@ -5,7 +5,7 @@ prove it consistent with the checkpoint remembered from the last round (the
 log only grew); fetch the Decisions added since, check each one's JWS and
 that, in seq order, they extend the remembered tree to the checkpoint's root.
 The state carries the tree's frontier (one hash per level, see
-``transparency.merkle``), so a round reads only what is new. The first thing
+``merkle``), so a round reads only what is new. The first thing
 that does not hold raises :class:`AuditFailure` naming the Decision or the
 checkpoint; nothing is remembered from a failed round.
 """
@@ -21,10 +21,10 @@ import httpx
 import orjson
 from joserfc.jwk import Key
 
-from agent_gateway import errors
+from agent_gateway import errors, merkle
 from agent_gateway.signatures import verifier
 from agent_gateway.signatures.service import DECISION_TYP
-from agent_gateway.transparency import merkle, note
+from agent_gateway.transparency import note
 
 PAGE = 200  # the spec's largest window
 TIMEOUT_S = 60

@@ -32,9 +32,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from joserfc.errors import JoseError
 from joserfc.jwk import ECKey, Key, OKPKey, RSAKey
 
-from agent_gateway import errors
+from agent_gateway import errors, merkle
 from agent_gateway.signatures import jose
-from agent_gateway.transparency import merkle
 
 ED25519 = b"\x01"
 ECDSA = b"\x02"

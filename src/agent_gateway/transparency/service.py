@@ -1,6 +1,6 @@
 """The auditable Decision log: signed checkpoints, inclusion and consistency proofs.
 
-The tree (``store.tree``) is append-only by construction, so one size has one
+The tree (``store.queries.tree``) is append-only by construction, so one size has one
 root: a checkpoint signed for a size is kept and answered again until the
 tree grows, and the gateway never signs two roots for one size.
 """
@@ -12,13 +12,13 @@ import hashlib
 
 from cryptography.hazmat.primitives import serialization
 
-from agent_gateway import errors
+from agent_gateway import errors, merkle
 from agent_gateway.config import Settings
 from agent_gateway.decisions.service import DecisionNotFound
 from agent_gateway.signatures.identity import SigningIdentity
-from agent_gateway.store import tree
 from agent_gateway.store.engine import Store
-from agent_gateway.transparency import merkle, note
+from agent_gateway.store.queries import tree
+from agent_gateway.transparency import note
 
 ORIGIN_PREFIX = "agent-gateway/decisions/"
 

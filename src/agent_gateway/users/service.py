@@ -13,8 +13,8 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agent_gateway import clock, errors
-from agent_gateway.store import users as queries
-from agent_gateway.store.users import User
+from agent_gateway.store.queries import users as queries
+from agent_gateway.store.queries.users import User
 
 __all__ = ["User", "UserNotFound", "admit", "get", "list_newest", "set_attributes"]
 

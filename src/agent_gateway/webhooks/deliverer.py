@@ -2,7 +2,7 @@
 
 Which processes run one: every process with the ``worker`` role, leading the
 Signal Worker or standing by, since deliveries are claimed row by row
-(``store.webhooks``; ``FOR UPDATE SKIP LOCKED`` on PostgreSQL), so several
+(``store.queries.webhooks``; ``FOR UPDATE SKIP LOCKED`` on PostgreSQL), so several
 deliverers share the work and never send one delivery at the same time.
 
 Shape (as the Scheduler's timer): drain — claim the due deliveries, oldest
@@ -42,9 +42,9 @@ import httpx
 from agent_gateway import clock
 from agent_gateway.config import Settings, WebhookEndpoint
 from agent_gateway.ops import metrics
-from agent_gateway.store import webhooks as queries
 from agent_gateway.store import woken
 from agent_gateway.store.engine import Store
+from agent_gateway.store.queries import webhooks as queries
 from agent_gateway.store.vacuum import Vacuum
 from agent_gateway.webhooks import outbox, signing
 from agent_gateway.webhooks.sender import Sender

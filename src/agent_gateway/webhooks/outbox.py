@@ -10,7 +10,8 @@ copy, and is written by the Decisions' own insert
 (:func:`decision_deliveries`); :func:`composed` makes the same bytes from it at
 each attempt. Where no endpoint subscribes to an event, its writers pay one
 dictionary lookup and write nothing: the records of :func:`add` are not even
-built.
+built. The operator's view of the outbox and its retry (``agent-gateway
+webhooks``) go through here too (:func:`newest`, :func:`retry`).
 """
 
 from __future__ import annotations
@@ -23,13 +24,14 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from agent_gateway import clock, jsontext
-from agent_gateway.store import decisions as decision_queries
+from agent_gateway import clock, errors, jsontext
 from agent_gateway.store import engine
-from agent_gateway.store import runs as run_queries
-from agent_gateway.store import signals as signal_queries
-from agent_gateway.store import webhooks as queries
-from agent_gateway.store.decisions import Decision
+from agent_gateway.store.engine import Store
+from agent_gateway.store.queries import decisions as decision_queries
+from agent_gateway.store.queries import runs as run_queries
+from agent_gateway.store.queries import signals as signal_queries
+from agent_gateway.store.queries import webhooks as queries
+from agent_gateway.store.queries.decisions import Decision
 
 # The deliverers' wake-up, sent once a transaction that wrote deliveries commits.
 CHANNEL = "webhooks"
@@ -75,7 +77,7 @@ async def add(conn: AsyncConnection, event: str, records: Iterable[tuple[str, An
 
 def decision_deliveries(conn: AsyncConnection, published: Sequence[Decision]) -> list[tuple[Any, ...]]:
     """The ``decision.published`` deliveries of Decisions this transaction publishes, each
-    holding the Decision's number (see :func:`composed`), for ``store.decisions.insert`` to
+    holding the Decision's number (see :func:`composed`), for ``store.queries.decisions.insert`` to
     write with them (on PostgreSQL, in the same statement); none when no endpoint subscribes."""
     urls = engine.webhook_urls(conn, DECISION_PUBLISHED)
     return _rows(DECISION_PUBLISHED, urls, ((d.created_at, None, d.seq) for d in published)) if urls else []
@@ -85,7 +87,7 @@ def _rows(
     event: str, urls: Sequence[str], deliveries: Iterable[tuple[str, str | None, int | None]]
 ) -> list[tuple[Any, ...]]:
     """A pending delivery to each of ``urls`` of each ``(instant, body, decision_seq)``, in the
-    order of ``store.webhooks.COLUMNS``."""
+    order of ``store.queries.webhooks.COLUMNS``."""
     now = clock.now_iso()
     return [(delivery_id(), url, event, text, seq, at, now, at) for at, text, seq in deliveries for url in urls]
 
@@ -121,3 +123,26 @@ async def signals_failed(conn: AsyncConnection, signal_ids: Sequence[str]) -> No
         failed = await signal_queries.get_many(conn, ids=signal_ids)
         now = clock.now_iso()
         await add(conn, SIGNAL_FAILED, ((now, signal.to_json()) for signal in failed))
+
+
+async def newest(store: Store, *, limit: int, state: str | None = None) -> list[queries.Delivery]:
+    """The newest ``limit`` deliveries, newest event first; only those in ``state`` when given."""
+    async with store.read() as conn:
+        return await queries.newest(conn, limit=limit, state=state)
+
+
+class NotRetriable(errors.GatewayError):
+    """Only a failed or dead delivery can be retried."""
+
+
+async def retry(conn: AsyncConnection, id: str) -> queries.Delivery:
+    """Make the failed or dead delivery ``id`` due now, with a fresh retry period; the
+    deliverers are woken once the caller's transaction commits."""
+    retried = await queries.retry(conn, id=id, now=clock.now_iso())
+    if retried is None:
+        found = await queries.get(conn, id=id)
+        if found is None:
+            raise errors.NotFound(f"no webhook delivery has the id {id}")
+        raise NotRetriable(f"delivery {id} is {found.state}; only a failed or dead delivery can be retried")
+    engine.notify(conn, CHANNEL)
+    return retried

@@ -10,7 +10,7 @@ import pytest
 
 from agent_gateway import config
 from agent_gateway.agent.llm.providers import FUNCTION_MODELS_ENV
-from tests.foundation.test_cli import one_error_line, run_all
+from tests.cli.test_main import one_error_line, run_all
 from tests.served import run_cli
 
 

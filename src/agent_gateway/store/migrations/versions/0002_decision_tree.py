@@ -11,7 +11,7 @@ subtrees, and builds the tree for the Decisions already there, in seq order.
 from alembic import op
 import sqlalchemy as sa
 
-from agent_gateway.transparency import merkle
+from agent_gateway import merkle
 
 
 revision = '0002'
@@ -21,7 +21,7 @@ depends_on = None
 
 # Decisions read, hashed and written per round while the tree is built.
 _CHUNK = 10_000
-_LEVEL_BITS = 6  # store.tree.key, frozen here as this revision writes it
+_LEVEL_BITS = 6  # store.queries.tree.key, frozen here as this revision writes it
 
 
 def upgrade() -> None:

@@ -8,11 +8,13 @@ A delivery's body may be NULL, with the seq of the Decision it reports: the
 deliverer composes the body from that Decision at each attempt. Deliveries
 already written keep their bodies. The id's unique index goes: every write of
 an outbox row paid for it, and its lookups go through the state index instead
-(see store.webhooks).
+(see store.queries.webhooks).
 """
 
 from alembic import op
 import sqlalchemy as sa
+
+from agent_gateway import jsontext
 
 
 revision = '0004'
@@ -36,11 +38,8 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    from agent_gateway import jsontext
-    from agent_gateway.store.decisions import Decision
-    from agent_gateway.webhooks import outbox
-
-    # A delivery that refers to its Decision gets the copy revision 0003 would have written.
+    # A delivery that refers to its Decision gets the copy revision 0003 would have written:
+    # the body of webhooks.outbox and the record of the Decision, frozen here as they were then.
     bind = op.get_bind()
     deliveries = sa.table('webhook_deliveries', sa.column('position'), sa.column('body'), sa.column('decision_seq'))
     decisions = sa.table('decisions', sa.column('seq'), sa.column('statement'), sa.column('jws'), sa.column('created_at'))
@@ -49,8 +48,8 @@ def downgrade() -> None:
         .join(decisions, decisions.c.seq == deliveries.c.decision_seq)
     ).all()
     for position, seq, statement, jws, created_at in referring:
-        record = Decision(seq, jsontext.loads(statement), jws, created_at).to_json()
-        text = outbox.body(outbox.DECISION_PUBLISHED, created_at, record)
+        record = {'seq': seq, 'statement': jsontext.loads(statement), 'jws': jws, 'createdAt': created_at}
+        text = jsontext.dumps({'type': 'decision.published', 'timestamp': created_at, 'data': record}).decode()
         bind.execute(deliveries.update().where(deliveries.c.position == position).values(body=text, decision_seq=None))
     with op.batch_alter_table('webhook_deliveries', table_kwargs=_SQLITE_AUTOINCREMENT) as batch:
         batch.drop_constraint(op.f('ck_webhook_deliveries_body'), type_='check')

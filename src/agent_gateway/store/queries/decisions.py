@@ -10,9 +10,10 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agent_gateway import jsontext, records
-from agent_gateway.store import direct, engine, notifications, tree, webhooks
+from agent_gateway.store import direct, engine, notifications
 from agent_gateway.store import window as windows
 from agent_gateway.store.engine import Store
+from agent_gateway.store.queries import tree, webhooks
 from agent_gateway.store.tables import decisions
 
 # The sequence PostgreSQL creates for the serial column decisions.seq.
@@ -96,8 +97,8 @@ async def insert(
     deliveries: Sequence[tuple[Any, ...]] = (), *, channel: str = "",
 ) -> None:
     """Write ``published`` Decisions, numbered by :func:`draw_numbers` in this transaction, the
-    tree's nodes they complete (``growth``, see ``store.tree``) and the webhook ``deliveries``
-    that report them (as ``store.webhooks.insert`` takes them, waking ``channel``)."""
+    tree's nodes they complete (``growth``, see ``store.queries.tree``) and the webhook ``deliveries``
+    that report them (as ``store.queries.webhooks.insert`` takes them, waking ``channel``)."""
     statements = [jsontext.dumps(d.statement).decode() for d in published]
     leaves = range(growth.first_leaf, growth.first_leaf + len(published))
     if conn.dialect.name == "postgresql":

@@ -3,10 +3,10 @@
 Leaf ``i`` is the ``i``-th Decision by ``seq``; its data is the Decision's JWS.
 The tree grows in the transaction that writes its Decisions (see
 ``decisions.service.publish_many``), after their numbers are drawn: the lock
-that orders publishers (``store.decisions.draw_numbers``) orders leaves too,
+that orders publishers (``store.queries.decisions.draw_numbers``) orders leaves too,
 so leaf order is ``seq`` order in every process, and a rolled-back publish
 leaves no leaf. Nodes are written once and never change (see
-``transparency.merkle``), so reads need no transaction: a tree size read
+``merkle``), so reads need no transaction: a tree size read
 first names nodes that are all there.
 
 For the same reason a process may keep nodes it has read: each Store keeps the
@@ -27,9 +27,9 @@ import orjson
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from agent_gateway import merkle
 from agent_gateway.store import direct
 from agent_gateway.store.engine import Store, on_commit
-from agent_gateway.transparency import merkle
 
 # A node's key is (the last leaf it covers) << LEVEL_BITS | its level: the nodes one
 # append completes are adjacent, and every append writes at the end of the primary key.
@@ -45,7 +45,7 @@ _NODES = {
 }
 # A proof in one statement: the tree's size, the leaf's index (an inclusion proof), and the nodes
 # the proof can need, whose keys follow from those. Which nodes are needed is settled by
-# ``transparency.merkle`` from what is read; the statement reads a superset, of at most three
+# ``merkle`` from what is read; the statement reads a superset, of at most three
 # nodes per level (tests/transparency/test_tree.py checks it against every proof of small trees):
 #   - the sibling of each node on the path of the leaf (for a consistency proof: the old tree's
 #     last leaf): (v, (leaf >> v) xor 1), the complete subtrees left and right of the path;
@@ -138,7 +138,7 @@ def _hashes(rows: Sequence[Sequence[object]]) -> dict[merkle.Node, bytes]:
 @dataclasses.dataclass(frozen=True)
 class Growth:
     """What appending leaves writes: their first leaf index, and the nodes they complete as
-    ``(key, hash)`` rows (written by ``store.decisions.insert``, with the Decisions)."""
+    ``(key, hash)`` rows (written by ``store.queries.decisions.insert``, with the Decisions)."""
 
     first_leaf: int
     nodes: list[tuple[int, bytes]]
@@ -160,7 +160,7 @@ _committed: weakref.WeakKeyDictionary[sa.Engine, _Committed] = weakref.WeakKeyDi
 
 async def growth(conn: AsyncConnection, numbers: Sequence[int], leaves: Sequence[bytes]) -> Growth:
     """What appending the Decisions' JWS ``leaves`` writes, in the caller's transaction after
-    their ``numbers`` were drawn (``store.decisions.draw_numbers``).
+    their ``numbers`` were drawn (``store.queries.decisions.draw_numbers``).
 
     The frontier is read (one statement) unless this process's last committed growth left it
     and those numbers follow on from that growth's: every publisher draws numbers under the
@@ -191,7 +191,7 @@ def _sqlite_insert(count: int) -> str:
 
 
 async def write(conn: AsyncConnection, growth: Growth) -> None:
-    """Write ``growth``'s nodes on SQLite (on PostgreSQL they go in with the Decisions: ``store.decisions``)."""
+    """Write ``growth``'s nodes on SQLite (on PostgreSQL they go in with the Decisions: ``store.queries.decisions``)."""
     await direct.run_sqlite(conn, _sqlite_insert(len(growth.nodes)), [value for node in growth.nodes for value in node])
 
 
@@ -311,7 +311,7 @@ async def read_consistency(store: Store, *, old: int, new: int | None) -> ProofR
 
 
 def fetcher(store: Store) -> merkle.Fetch:
-    """Reads stored nodes for ``transparency.merkle``, all of a proof's in one statement."""
+    """Reads stored nodes for ``merkle``, all of a proof's in one statement."""
 
     async def fetch(nodes: Sequence[merkle.Node]) -> Mapping[merkle.Node, bytes]:
         return _hashes(await store.fetch(_NODES[store.dialect], keys=_keys(store.dialect, nodes)))

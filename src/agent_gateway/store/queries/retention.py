@@ -11,7 +11,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from agent_gateway.store.signals import DONE, FAILED
+from agent_gateway.store.queries.signals import DONE, FAILED
 from agent_gateway.store.tables import runs, signals
 
 ENDED = (DONE, FAILED)

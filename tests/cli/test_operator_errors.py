@@ -16,8 +16,8 @@ import pytest
 
 from agent_gateway import deployment
 from tests import served
+from tests.cli.test_main import one_error_line, run_all
 from tests.conftest import POSTGRES_URL
-from tests.foundation.test_cli import one_error_line, run_all
 
 COMMANDS = [("users", "list"), ("tokens", "revoke", "3f2504e0-4f89-41d3-9a0c-0305e82c3301"), ("schedules", "list")]
 

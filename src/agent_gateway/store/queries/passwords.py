@@ -5,8 +5,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from agent_gateway.store.queries.users import User
 from agent_gateway.store.tables import users
-from agent_gateway.store.users import User
 
 
 async def user_and_digest(conn: AsyncConnection, *, id: str) -> tuple[User, str | None] | None:

@@ -180,3 +180,23 @@ _WINDOWS = windows.Queries(sa.select(*_COLUMNS).where(messages.c.user_id == sa.b
 async def window(store: Store, *, user_id: str, window: windows.Window) -> list[Message]:
     """One cursor window of ``user_id``'s log, ascending by ``seq``."""
     return [Message(*row) for row in await _WINDOWS.rows(store, window, user_id=user_id)]
+
+
+# SQLite's rowid of the table: the HTTP workers' poll of every log (streams.hub) reads the
+# end of one B-tree, a page read. Rows are never deleted, so the rowid only grows.
+_ROWID = sa.literal_column("rowid")
+_LAST_ROWID = direct.Query(sa.select(sa.func.coalesce(sa.func.max(_ROWID), 0)).select_from(messages))
+_WRITERS_SINCE = direct.Query(
+    sa.select(messages.c.user_id).distinct().where(_ROWID > sa.bindparam("rowid", type_=sa.Integer))
+)
+
+
+async def last_rowid(store: Store) -> int:
+    """The largest rowid of the Message table on SQLite, 0 when it is empty."""
+    [(newest,)] = await store.fetch(_LAST_ROWID)
+    return newest
+
+
+async def writers_since(store: Store, *, rowid: int) -> list[str]:
+    """The Users whose logs have a row past ``rowid`` (on SQLite)."""
+    return [user_id for (user_id,) in await store.fetch(_WRITERS_SINCE, rowid=rowid)]

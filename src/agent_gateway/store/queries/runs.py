@@ -128,7 +128,7 @@ _START = direct.Query(
     .values(state=RUNNING, started_at=sa.bindparam("new_started_at"))
     .returning(runs.c.id)
 )
-# Its parameters are named apart from the Signal's (store.signals joins the two in one statement).
+# Its parameters are named apart from the Signal's (store.queries.signals joins the two in one statement).
 FINISH = direct.Query(
     runs.update()
     .where(runs.c.id == sa.bindparam("run_id"), runs.c.state == RUNNING)

@@ -7,6 +7,10 @@ an append-only store can keep them. Every hash a proof needs is the root of a
 range of leaves that starts on a boundary of its own size, which is the
 right-to-left fold of at most one complete subtree per level: a proof needs
 O(log n) stored nodes, fetched all at once through a :data:`Fetch`.
+
+Pure computation with no I/O of its own, so it sits beside ``clock`` and
+``jsontext`` at the package top: the store's tree (``store.queries.tree``), its
+migration, the transparency routes and the auditor all build on it.
 """
 
 from __future__ import annotations

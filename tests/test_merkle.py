@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent_gateway.transparency import merkle
+from agent_gateway import merkle
 
 VECTORS = json.loads((Path(__file__).with_name("rfc6962_vectors.json")).read_text())
 LEAVES = [bytes.fromhex(leaf) for leaf in VECTORS["leaves"]]

@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agent_gateway import jsontext, records
 from agent_gateway.store import direct
-from agent_gateway.store import runs as run_queries
+from agent_gateway.store.queries import runs as run_queries
 from agent_gateway.store.tables import signals
 
 PENDING, PROCESSING, DONE, FAILED = "pending", "processing", "done", "failed"

@@ -17,9 +17,9 @@ from fastapi import Request
 
 from agent_gateway.auth import schemes
 from agent_gateway.gateway import Gateway
-from agent_gateway.store.users import User
+from agent_gateway.store.queries.users import User
 from agent_gateway.users import service as users
-from tests.foundation.test_http_conventions import ENDPOINTS, Endpoint, assert_error
+from tests.http.test_conventions import ENDPOINTS, Endpoint, assert_error
 
 HOSTILE = ["%00", "x%00y", "%ED%A0%80", "%FF%FE", "a" * 5000, "9" * 400, "%E2%80%AE", "..%2F..%2Fetc", "%20", "-1"]
 PARAMETERIZED = [

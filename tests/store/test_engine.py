@@ -467,7 +467,7 @@ async def test_writes_past_the_wal_threshold_reach_the_database_file(store: Stor
 
 _WRITE_THEN_DIE = """
 import asyncio, os, signal, sys
-from tests.foundation.test_store import write_bulk
+from tests.store.test_engine import write_bulk
 from agent_gateway.store.engine import Store
 
 async def main():
@@ -499,7 +499,7 @@ async def test_rows_carried_by_a_rolled_back_transaction_are_never_written(store
     """On PostgreSQL a transaction's last statement writes what it carries (engine.carry); a
     pooled connection's info outlives the transaction, so a rollback's rows must not ride on
     the next transaction's NOTIFY (on SQLite they are written at once, and rolled back)."""
-    from agent_gateway.store import webhooks
+    from agent_gateway.store.queries import webhooks
 
     now = clock.now_iso()
     with pytest.raises(RuntimeError):

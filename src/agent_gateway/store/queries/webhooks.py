@@ -90,7 +90,7 @@ def _sqlite_insert(count: int) -> str:
 # Rows per SQLite statement, well under its limit of bound values (32,766).
 _SQLITE_ROWS = 512
 # On PostgreSQL the rows go in as a data-modifying WITH clause of another statement: the one
-# that writes their event (store.decisions) or the one that sends their transaction's NOTIFY
+# that writes their event (store.queries.decisions) or the one that sends their transaction's NOTIFY
 # (engine.carry), so that they cost no round trip of their own.
 POSTGRES_WITH = (
     "delivered AS (INSERT INTO webhook_deliveries "

@@ -8,8 +8,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from agent_gateway import jsontext
 from agent_gateway.store import direct
 from agent_gateway.store.engine import Store
+from agent_gateway.store.queries.users import User
 from agent_gateway.store.tables import tokens, users
-from agent_gateway.store.users import User
 
 
 async def insert(conn: AsyncConnection, *, digest: str, user_id: str, created_at: str, expires_at: str) -> None:
