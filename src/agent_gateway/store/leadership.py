@@ -24,6 +24,7 @@ from collections.abc import Awaitable, Callable
 import asyncpg
 
 from agent_gateway.store.engine import Store, libpq_dsn
+from agent_gateway.store.unavailable import CONNECTION_LOST
 
 logger = logging.getLogger(__name__)
 
@@ -32,12 +33,9 @@ CHECK_S = 0.5
 # Connecting and asking for the lock give up after this long, and the standby starts over:
 # a connection that hangs there would otherwise keep this process from ever leading.
 DATABASE_TIMEOUT_S = 10.0
-# What the lock connection raises when the database or the session goes away. A session the
-# server ended between two statements (its FATAL read, its socket not yet closed: under load
-# the backend takes a while to exit) makes asyncpg's next statement raise InternalClientError
-# ("another operation is in progress", MagicStack/asyncpg#1069): uncaught, it ended ``lead``
-# and this process never led again.
-_LOST = (OSError, asyncio.TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError, asyncpg.InternalClientError)
+# What the lock connection raises when the database or the session goes away: any of it sends
+# this process back to standing by (uncaught, it ended ``lead`` and the process never led again).
+_LOST = CONNECTION_LOST
 
 
 def lock_key(name: str) -> int:

@@ -31,6 +31,8 @@ from collections import defaultdict
 
 import asyncpg
 
+from agent_gateway.store.unavailable import CONNECTION_LOST
+
 logger = logging.getLogger(__name__)
 
 PG_CHANNEL = "agent_gateway"
@@ -140,7 +142,7 @@ class PostgresListener:
                     await conn.execute("SELECT 1")
             except asyncio.CancelledError:
                 raise
-            except (OSError, asyncio.TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            except CONNECTION_LOST as exc:
                 delay = RECONNECT_DELAYS_S[min(failures, len(RECONNECT_DELAYS_S) - 1)]
                 failures += 1
                 logger.warning(

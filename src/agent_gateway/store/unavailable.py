@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 
 import asyncpg
@@ -36,3 +37,11 @@ def database_unavailable(exc: BaseException | None) -> bool:
         # connect while the server shuts down, say) in a plain DBAPIError; the driver's is its cause.
         return exc.orig is not None and database_unavailable(exc.orig.__cause__)
     return isinstance(exc, UNAVAILABLE)
+
+
+# What a connection of its own (the leader's lock session, the notification listener) raises
+# when the database or its session goes away. A session the server ended between two
+# statements (its FATAL read, its socket not yet closed: under load the backend takes a while
+# to exit) makes asyncpg's next statement raise InternalClientError ("another operation is in
+# progress", MagicStack/asyncpg#1069); uncaught, it ended the loop that held the connection.
+CONNECTION_LOST = (OSError, asyncio.TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError, asyncpg.InternalClientError)
