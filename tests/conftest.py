@@ -35,6 +35,13 @@ REQUIRE_POSTGRES = os.environ.get("AGENT_GATEWAY_TEST_REQUIRE_POSTGRES") == "1"
 RUN_ID = uuid.uuid4().hex[:10]
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """An ``e2e`` test starts real gateways: it is a ``processes`` test too (``scripts/test --fast``)."""
+    for item in items:
+        if item.get_closest_marker("e2e") is not None:
+            item.add_marker(pytest.mark.processes)
+
+
 def postgres_url_of(database: str) -> str:
     """The URL of the database ``database`` on the tests' PostgreSQL server."""
     base, _, _ = POSTGRES_URL.rpartition("/")

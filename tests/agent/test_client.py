@@ -12,6 +12,8 @@ from agent_gateway.agent import AgentError, AsyncClient, Client
 
 from tests import served
 
+pytestmark = pytest.mark.processes
+
 def protected_header(jws: str) -> dict:
     segment = jws.split(".")[0]
     return json.loads(base64.urlsafe_b64decode(segment + "=" * (-len(segment) % 4)))

@@ -15,6 +15,8 @@ from agent_gateway.cli.main import app
 from tests.served import ServedGateway, cli_env, run_cli
 from tests.terminal import Terminal
 
+pytestmark = pytest.mark.processes
+
 UNKNOWN_ID = "0b1c2d3e-4f50-4a6b-8c7d-9e0f1a2b3c4d"
 
 

@@ -11,6 +11,8 @@ from agent_gateway.config import ScryptCost
 
 from tests import served
 
+pytestmark = pytest.mark.processes
+
 
 def load(environ: dict[str, str]) -> config.Settings:
     return config.load(None, {"AGENT_GATEWAY_AUTH_TOKEN_TTL_MS": "60000", **environ})

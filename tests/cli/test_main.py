@@ -19,6 +19,8 @@ from agent_gateway import config, deployment
 from agent_gateway.cli.main import app
 from tests.served import run_cli
 
+pytestmark = pytest.mark.processes
+
 NOBODY = "3f2504e0-4f89-41d3-9a0c-0305e82c3301"
 
 

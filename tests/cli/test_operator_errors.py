@@ -19,6 +19,8 @@ from tests import served
 from tests.cli.test_main import one_error_line, run_all
 from tests.conftest import POSTGRES_URL
 
+pytestmark = pytest.mark.processes
+
 COMMANDS = [("users", "list"), ("tokens", "revoke", "3f2504e0-4f89-41d3-9a0c-0305e82c3301"), ("schedules", "list")]
 
 

@@ -9,6 +9,8 @@ import pytest
 from tests.cli.conftest import Recorded, run_json
 from tests.served import run_cli
 
+pytestmark = pytest.mark.processes
+
 
 def test_prune_dry_run_then_for_real(config_file: Path, recorded: Recorded) -> None:
     done, failed, tick = recorded.signal_ids

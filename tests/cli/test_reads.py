@@ -10,6 +10,8 @@ import pytest
 from tests.cli.conftest import Recorded, run, run_json
 from tests.served import run_cli
 
+pytestmark = pytest.mark.processes
+
 NOBODY = str(uuid.uuid4())
 
 

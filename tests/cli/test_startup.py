@@ -5,6 +5,10 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
+pytestmark = pytest.mark.processes
+
 
 def test_other_commands_do_not_import_prompt_toolkit() -> None:
     # -X importtime lists every module the process imports, on stderr.

@@ -16,7 +16,7 @@ import pytest
 from tests import served
 from tests.mcp.conftest import CALL_TIMEOUT_S, succeeded
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.processes, pytest.mark.e2e]
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "agents" / "mcp.md"

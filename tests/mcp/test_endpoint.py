@@ -19,7 +19,7 @@ from tests.http.test_connections import connect as open_connection
 from tests.http.test_connections import error_of, exchange
 from tests.mcp.conftest import CALL_TIMEOUT_S, TRANSPORTS, connect, succeeded
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.processes, pytest.mark.e2e]
 
 LIMIT = 4096
 # What an MCP client sends with its POSTs.

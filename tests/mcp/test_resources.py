@@ -15,6 +15,8 @@ from tests import served
 from tests.mcp.conftest import connect, succeeded
 from tests.mcp.test_tools import TABLE
 
+pytestmark = pytest.mark.processes
+
 
 async def test_resources_read_what_the_routes_answer_and_the_prompt_explains_the_tools(
     served_gateway: served.ServedGateway, transport: str

@@ -17,7 +17,7 @@ from agent_gateway.config import Address
 from tests import served
 from tests.mcp.conftest import CALL_TIMEOUT_S, stdio_parameters, succeeded
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.processes, pytest.mark.e2e]
 
 
 def messages_in(*messages: mcp.types.JSONRPCRequest | mcp.types.JSONRPCNotification) -> str:

@@ -12,11 +12,14 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import httpx
+import pytest
 
 from agent_gateway.mcp import tools
 
 from tests import served
 from tests.mcp.conftest import CALL_TIMEOUT_S, connect, refused, succeeded, text_of
+
+pytestmark = pytest.mark.processes
 
 UUID_PATTERN = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
 # The table: these names, these arguments (required ones first).

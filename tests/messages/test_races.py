@@ -20,6 +20,8 @@ from agent_gateway.store.queries import messages as queries
 from tests import served
 from tests.messages.records import assert_error, bearer, stored_messages, stored_signals, waiting_on_a_lock
 
+pytestmark = pytest.mark.processes
+
 WRITERS = 40
 
 # Makes every INSERT into messages collide on (user_id, seq): a row with the same

@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from tests import served
 from tests.sandbox.conftest import Conversation, agent_env
 
-pytestmark = pytest.mark.usefixtures("bwrap")
+pytestmark = [pytest.mark.processes, pytest.mark.usefixtures("bwrap")]
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ import pytest
 from tests import served
 from tests.sandbox.conftest import ANSWER_DEADLINE_S, Conversation
 
-pytestmark = pytest.mark.usefixtures("bwrap")
+pytestmark = [pytest.mark.processes, pytest.mark.usefixtures("bwrap")]
 
 CONFINED = "INFO agent_gateway.sandbox.choose: the agent program runs confined by bubblewrap"
 

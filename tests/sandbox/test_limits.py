@@ -13,7 +13,7 @@ import pytest
 from tests import served
 from tests.sandbox.conftest import Conversation, agent_env
 
-pytestmark = pytest.mark.usefixtures("bwrap")
+pytestmark = [pytest.mark.processes, pytest.mark.usefixtures("bwrap")]
 
 MAX_PROCESSES = 64
 MEMORY_LIMIT_MB = 256

@@ -16,6 +16,8 @@ import pytest
 from tests import served
 from tests.sandbox.conftest import Conversation, agent_env
 
+pytestmark = pytest.mark.processes
+
 # PATH without bwrap (the gateway and its agent are started by absolute path).
 NO_BWRAP = {"PATH": "/nonexistent"}
 

@@ -40,6 +40,8 @@ from tests.signals.conftest import (
     until,
 )
 
+pytestmark = pytest.mark.processes
+
 HANDLERS = {"task": {"template": "{{ what }}"}}
 REFUSED = re.compile(r"agent-gateway: error: \S.*")
 

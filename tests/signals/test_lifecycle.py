@@ -14,6 +14,8 @@ from agent_gateway.store.queries.signals import Signal
 
 from tests.signals.conftest import AgentProgram, GatewayFactory, emit, finished, runs_of, signal_of
 
+pytestmark = pytest.mark.processes
+
 TABLES = {"task": {"template": "Do {{ what }} for {{ signal.kind }}", "session": "{{ who }}"}}
 
 

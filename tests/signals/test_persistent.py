@@ -12,6 +12,8 @@ from tests.conftest import terminate_lock_sessions
 from tests.runtimes.test_persistent import Agent, alive, gone
 from tests.signals.conftest import GatewayFactory, emit, finished, runs_of, until
 
+pytestmark = pytest.mark.processes
+
 TABLES = {"task": {"template": "{{ what }}"}}
 postgresql_only = pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
 

@@ -24,6 +24,8 @@ from agent_gateway.users import service as users
 from tests import served
 from tests.signals.conftest import until
 
+pytestmark = pytest.mark.processes
+
 
 @contextlib.asynccontextmanager
 async def store_of(gateway: served.ServedGateway) -> AsyncIterator[Store]:

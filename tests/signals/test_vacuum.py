@@ -16,6 +16,8 @@ from agent_gateway.store.engine import Store
 
 from tests.signals.conftest import GatewayFactory, Recording, finished, until
 
+pytestmark = pytest.mark.processes
+
 # A template Handler: the claim renders its one Prompt and starts its Run (one commit per Signal).
 TABLES = {"task": {"template": "do {{ what }}", "session": "s"}}
 

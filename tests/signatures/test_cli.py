@@ -16,6 +16,8 @@ from tests.cli.test_main import one_error_line
 from tests.served import ServedGateway, run_cli
 from tests.signatures.helpers import independent_verify, segments
 
+pytestmark = pytest.mark.processes
+
 
 @pytest.fixture(scope="module")
 def deployment(tmp_path_factory: pytest.TempPathFactory) -> Path:

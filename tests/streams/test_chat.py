@@ -15,7 +15,7 @@ from agent_gateway.store.tables import tokens
 from tests import served
 from tests.terminal import Terminal
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.processes, pytest.mark.e2e]
 
 
 async def live_tokens(database_url: str, user_id: str) -> int:

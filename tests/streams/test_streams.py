@@ -26,6 +26,8 @@ from tests import served
 from tests.messages.records import assert_error
 from tests.streams.sse import CEILING_S, EventReader, open_stream
 
+pytestmark = pytest.mark.processes
+
 # Short enough that the tests see keep-alives and Token checks at once.
 QUICK = {
     "AGENT_GATEWAY_STREAMS_KEEP_ALIVE_MS": "100",

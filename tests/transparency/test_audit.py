@@ -7,6 +7,7 @@ from pathlib import Path
 
 import httpx
 import orjson
+import pytest
 
 from agent_gateway.signatures import keys
 from agent_gateway.signatures.identity import SigningIdentity
@@ -15,6 +16,8 @@ from agent_gateway.store.queries.tree import key
 from tests.cli.test_main import one_error_line
 from tests.cli.test_operator_errors import run_sql
 from tests.served import ServedGateway, run_cli
+
+pytestmark = pytest.mark.processes
 
 
 def audit(gateway: ServedGateway, *args: str, token: str | None = None, url: str | None = None) -> subprocess.CompletedProcess[str]:

@@ -5,11 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import orjson
+import pytest
 
 from agent_gateway import config, deployment
 from agent_gateway.signatures.identity import SigningIdentity
 from agent_gateway.transparency import note
 from tests.served import run_cli
+
+pytestmark = pytest.mark.processes
 
 
 def test_keys_show_prints_the_origin_and_the_vkey_of_the_deployment_s_key(tmp_path: Path) -> None:

@@ -12,6 +12,8 @@ from agent_gateway.gateway import Gateway
 from agent_gateway.transparency import note
 from tests.test_merkle import mth
 
+pytestmark = pytest.mark.processes
+
 ROUTES = ["/checkpoint", "/checkpoint/consistency?from=1", "/decisions/1/proof"]
 
 

@@ -24,6 +24,8 @@ from agent_gateway.transparency import service as transparency
 from tests import served
 from tests.test_merkle import mth, path, subproof
 
+pytestmark = pytest.mark.processes
+
 identity = SigningIdentity(keys.generate_pem("ed25519"))
 
 

@@ -30,6 +30,8 @@ from agent_gateway.signatures import keys
 from agent_gateway.signatures.identity import SigningIdentity
 from agent_gateway.store.engine import Store
 
+pytestmark = pytest.mark.processes
+
 async def main(url, count):
     store, signer = Store(url), SigningIdentity(keys.generate_pem("ed25519"))
     try:

@@ -9,6 +9,7 @@ import uuid
 from pathlib import Path
 
 import orjson
+import pytest
 
 from agent_gateway import config
 from agent_gateway.gateway import Gateway
@@ -16,6 +17,8 @@ from tests import served
 from tests.webhooks.conftest import endpoint, with_endpoints
 from tests.webhooks.receiver import Receiver
 from tests.webhooks.test_delivery import stored, until
+
+pytestmark = pytest.mark.processes
 
 
 def cli(tmp_path: Path, database_url: str, *args: str):  # type: ignore[no-untyped-def]

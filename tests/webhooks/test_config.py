@@ -14,6 +14,8 @@ import pytest
 from agent_gateway import config
 from agent_gateway.config import SettingsError
 
+pytestmark = pytest.mark.processes
+
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 BASE = "[auth]\ntoken_ttl_ms = 1000\n"
 

@@ -11,6 +11,8 @@ from alembic import command
 from agent_gateway.store import migrate
 from agent_gateway.store.engine import create_engine
 
+pytestmark = pytest.mark.processes
+
 COPIED = '{"type":"message.inbound","timestamp":"2026-11-25T10:00:00.000Z","data":{"text":"hi"}}'
 DECISION = {"seq": 7, "statement": '"we ship"', "jws": "e30.e30.c2ln", "created_at": "2026-11-26T09:30:00.000Z"}
 # What revision 0003 would have copied for that Decision: its record, keys in the spec's order.

@@ -8,7 +8,11 @@ import sys
 import tomllib
 from pathlib import Path
 
+import pytest
+
 from agent_gateway import deployment
+
+pytestmark = pytest.mark.processes
 
 ROOT = Path(__file__).resolve().parents[3]
 PAGE = ROOT / "docs" / "agents" / "llm-agent.md"

@@ -13,6 +13,8 @@ from agent_gateway.agent.llm.providers import FUNCTION_MODELS_ENV
 from tests.cli.test_main import one_error_line, run_all
 from tests.served import run_cli
 
+pytestmark = pytest.mark.processes
+
 
 def init(directory: Path, *args: str, env: dict[str, str] | None = None):  # type: ignore[no-untyped-def]
     return run_cli("init", str(directory), *args, config=directory / "gateway.toml", env=env)
