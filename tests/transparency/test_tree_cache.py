@@ -18,6 +18,8 @@ from agent_gateway.transparency import service as transparency
 from tests.test_merkle import mth, path, subproof
 from tests.transparency.test_tree import identity
 
+pytestmark = pytest.mark.processes
+
 # Small levels and steps, so that logs of tens of Decisions fill the cache a little at a time and
 # move its level up; the last is the default (a tree this small is then below the cached levels).
 LEVELS = [(0, 1, 1), (1, 2, 2), (2, 3, 1 << 9), (tree.CACHE_MIN_LEVEL, tree.CACHE_LEVELS, tree.CACHE_STEP)]
@@ -29,8 +31,6 @@ from agent_gateway.decisions import service
 from agent_gateway.signatures import keys
 from agent_gateway.signatures.identity import SigningIdentity
 from agent_gateway.store.engine import Store
-
-pytestmark = pytest.mark.processes
 
 async def main(url, count):
     store, signer = Store(url), SigningIdentity(keys.generate_pem("ed25519"))
