@@ -9,10 +9,9 @@ from starlette.responses import Response
 from starlette.types import Scope
 from pydantic import BaseModel, ConfigDict, Field
 
-from agent_gateway import jsontext, records
+from agent_gateway import ids, jsontext, records
 from agent_gateway.auth import service, tokens
 from agent_gateway.auth.schemes import Authenticated, authenticated
-from agent_gateway.http import params
 from agent_gateway.http.fastpath import Answer
 from agent_gateway.http.app import router as new_router
 from agent_gateway.http.routing import error_responses, json_response, no_content
@@ -49,7 +48,7 @@ Auth = Annotated[Authenticated, Depends(authenticated)]
     summary="Log in: a bearer Token for a User's id and password",
 )
 async def log_in(request: Request, body: Annotated[LoginIn, Body()]) -> Any:
-    user_id = params.uuid("user", body.user)
+    user_id = ids.uuid("user", body.user)
     assert user_id is not None
     settings = request.app.state.settings
     issued = await service.log_in(

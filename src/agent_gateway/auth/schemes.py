@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Protocol
 
-from fastapi import Request
+from starlette.requests import Request
 
 from agent_gateway import errors
 from agent_gateway.store.queries.users import User

@@ -11,7 +11,7 @@ import hashlib
 import re
 import secrets
 
-from fastapi import Request
+from starlette.requests import Request
 
 from agent_gateway import clock
 from agent_gateway.auth.schemes import Authenticated

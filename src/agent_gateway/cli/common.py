@@ -11,8 +11,7 @@ import sqlalchemy as sa
 import typer
 from sqlalchemy import exc as sa_exc
 
-from agent_gateway import config, errors, jsontext
-from agent_gateway.http import params
+from agent_gateway import config, errors, ids, jsontext
 from agent_gateway.store import migrate as migrations
 from agent_gateway.store import window as windows
 from agent_gateway.store.engine import Store
@@ -44,7 +43,7 @@ def fail(message: str) -> typer.Exit:
 def checked_uuid(name: str, value: str) -> str:
     """``value`` as a stored id (lower case); not a UUID is one line, exit 1."""
     try:
-        return params.uuid(name, value) or ""
+        return ids.uuid(name, value) or ""
     except errors.InvalidInput as exc:
         raise fail(exc.message) from None
 

@@ -9,7 +9,6 @@ pool, which costs a thread hop on every request.
 
 from __future__ import annotations
 
-import re
 from typing import Annotated
 
 from fastapi import Query
@@ -18,26 +17,11 @@ from agent_gateway import errors
 from agent_gateway.http.routing import INT32_MAX, parse_int
 from agent_gateway.store import window as windows
 
-_UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
-
 LimitQuery = Annotated[
     str | None,
     Query(description=f"page size, 1..{windows.MAX_LIMIT} (default {windows.DEFAULT_LIMIT})", examples=["50"]),
 ]
 CursorQuery = Annotated[str | None, Query(description=f"sequence number, 0..{windows.MAX_CURSOR}")]
-
-
-def is_uuid(value: object) -> bool:
-    return type(value) is str and _UUID.fullmatch(value) is not None
-
-
-def uuid(name: str, value: str | None) -> str | None:
-    """A UUID in the spec's pattern, returned lower-cased (ids are stored lower-case)."""
-    if value is None:
-        return None
-    if not is_uuid(value):
-        raise errors.InvalidInput(f"{name} must be a UUID")
-    return value.lower()
 
 
 async def list_limit(limit: LimitQuery = None) -> int:

@@ -16,7 +16,7 @@ from starlette.responses import Response
 from starlette.types import Scope
 from pydantic import BaseModel, ConfigDict, Field
 
-from agent_gateway import errors, jsontext, records
+from agent_gateway import errors, ids, jsontext, records
 from agent_gateway.auth import schemes
 from agent_gateway.http import params
 from agent_gateway.http.app import router as new_router
@@ -64,7 +64,7 @@ async def read_log(
 ) -> Any:
     if user is None:
         raise errors.InvalidInput("user is required")
-    user_id = params.uuid("user", user)
+    user_id = ids.uuid("user", user)
     messages = await service.read(request.app.state.store, user_id, window)
     return Response(_page(messages), media_type="application/json")
 
@@ -76,7 +76,7 @@ async def read_log(
     summary="Send an outbound Message to a User",
 )
 async def send(request: Request, body: OutboundIn) -> Any:
-    user_id = params.uuid("userId", body.userId)
+    user_id = ids.uuid("userId", body.userId)
     message = await request.app.state.messages.send(user_id, body.text)
     return json_response(message.to_json(), 201)
 
@@ -117,7 +117,7 @@ async def receive(request: Request, caller: Caller, body: InboundIn) -> Any:
 async def fast_read_log(scope: Scope, query: dict[str, str]) -> Answer | None:
     """``read_log`` with a plainly valid ``user`` and window."""
     window = params.plain_window(query, also=frozenset({"user"}))
-    if window is None or not params.is_uuid(query.get("user")):
+    if window is None or not ids.is_uuid(query.get("user")):
         return None
     messages = await service.read(scope["app"].state.store, query["user"].lower(), window)
     return 200, _page(messages)
@@ -127,7 +127,7 @@ async def fast_read_log(scope: Scope, query: dict[str, str]) -> Answer | None:
 async def fast_send(scope: Scope, fields: dict[str, Any]) -> Answer | None:
     """``send`` with just a UUID ``userId`` and a non-empty ``text``."""
     user_id, text = fields.get("userId"), fields.get("text")
-    if fields.keys() != {"userId", "text"} or not params.is_uuid(user_id) or type(text) is not str or not text:
+    if fields.keys() != {"userId", "text"} or not ids.is_uuid(user_id) or type(text) is not str or not text:
         return None
     message = await scope["app"].state.messages.send(user_id.lower(), text)
     return 201, jsontext.dumps(message.to_json())

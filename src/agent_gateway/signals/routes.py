@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import Depends, Query, Request
-from agent_gateway import errors, records
+from agent_gateway import errors, ids, records
 from agent_gateway.http import params
 from agent_gateway.http.app import router as new_router
 from agent_gateway.http.routing import error_responses, json_response
@@ -34,7 +34,7 @@ async def list_signals(
     "/signals/{id}", responses={200: {"model": records.Signal}, **error_responses(404)}, summary="Read one Signal"
 )
 async def get_signal(request: Request, id: str) -> Any:
-    signal_id = params.uuid("id", id)
+    signal_id = ids.uuid("id", id)
     async with request.app.state.store.read() as conn:
         signal = await service.get_signal(conn, signal_id)
     return json_response(signal.to_json())
@@ -50,7 +50,7 @@ async def list_runs(
     limit: Limit,
     signal_id: Annotated[str | None, Query(alias="signalId", description="only the Runs of this Signal")] = None,
 ) -> Any:
-    signal_id = params.uuid("signalId", signal_id)
+    signal_id = ids.uuid("signalId", signal_id)
     async with request.app.state.store.read() as conn:
         runs = await service.list_runs(conn, limit, signal_id)
     return json_response({"runs": [run.to_json() for run in runs]})
@@ -58,7 +58,7 @@ async def list_runs(
 
 @agent.get("/runs/{id}", responses={200: {"model": records.Run}, **error_responses(404)}, summary="Read one Run")
 async def get_run(request: Request, id: str) -> Any:
-    run_id = params.uuid("id", id)
+    run_id = ids.uuid("id", id)
     async with request.app.state.store.read() as conn:
         run = await service.get_run(conn, run_id)
     return json_response(run.to_json())

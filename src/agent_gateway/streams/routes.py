@@ -18,9 +18,8 @@ from typing import Annotated, Any
 from fastapi import Depends, Header, Query, Request
 from starlette.types import Scope
 
-from agent_gateway import errors
+from agent_gateway import errors, ids
 from agent_gateway.auth import schemes
-from agent_gateway.http import params
 from agent_gateway.http.app import router as new_router
 from agent_gateway.http.routing import error_responses, parse_int
 from agent_gateway.store.window import MAX_CURSOR
@@ -80,7 +79,7 @@ async def follow_log(
 def _any_log(request: Request, user: str | None, after: str | None, last_event_id: str | None) -> MessageStream:
     if user is None:
         raise errors.InvalidInput("user is required")
-    user_id = params.uuid("user", user)
+    user_id = ids.uuid("user", user)
     assert user_id is not None
     return _open(request, user_id, _start(after, last_event_id))
 
