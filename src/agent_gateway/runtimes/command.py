@@ -17,12 +17,9 @@ import asyncio
 import contextlib
 import logging
 import re
-from collections.abc import Sequence
-from pathlib import Path
 
 from agent_gateway.runtimes import process as processes
 from agent_gateway.runtimes.process import STDERR_TAIL_BYTES
-from agent_gateway.sandbox.bubblewrap import Sandbox
 from agent_gateway.store.queries.runs import Run
 
 __all__ = ["STDERR_TAIL_BYTES", "CommandRuntime"]
@@ -34,15 +31,7 @@ _PLACEHOLDER = re.compile(r"\{(session|run_id|signal_id)\}")
 logger = logging.getLogger(__name__)
 
 
-class CommandRuntime:
-    def __init__(
-        self, argv: Sequence[str], *, agent_server_url: str, workdir: Path | None = None, sandbox: Sandbox | None = None
-    ) -> None:
-        self.argv = tuple(argv)
-        self.agent_server_url = agent_server_url
-        self.workdir = workdir
-        self.sandbox = sandbox
-
+class CommandRuntime(processes.Program):
     async def close(self) -> None:
         """Stop the sandbox's ends (the Signal Worker calls this when it stops leading)."""
         if self.sandbox is not None:

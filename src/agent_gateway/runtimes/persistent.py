@@ -47,14 +47,11 @@ QUOTED_CHARS = 200
 logger = logging.getLogger(__name__)
 
 
-class PersistentRuntime:
+class PersistentRuntime(processes.Program):
     def __init__(
         self, argv: Sequence[str], *, agent_server_url: str, workdir: Path | None = None, sandbox: Sandbox | None = None
     ) -> None:
-        self.argv = tuple(argv)
-        self.agent_server_url = agent_server_url
-        self.workdir = workdir
-        self.sandbox = sandbox
+        super().__init__(argv, agent_server_url=agent_server_url, workdir=workdir, sandbox=sandbox)
         self._agent: _Agent | None = None
         self._lock = asyncio.Lock()
         # Programs in a row that ended without answering a Run; sets the backoff before the next start.

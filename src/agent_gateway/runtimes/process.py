@@ -35,6 +35,19 @@ PR_SET_PDEATHSIG = 1
 _LIBC = ctypes.CDLL(None)
 
 
+class Program:
+    """The agent program a runtime runs: its argv, the Agent server's URL it is given, its
+    Workspace (``workdir``) and its confinement (``sandbox``; None runs it unconfined)."""
+
+    def __init__(
+        self, argv: Sequence[str], *, agent_server_url: str, workdir: Path | None = None, sandbox: Sandbox | None = None
+    ) -> None:
+        self.argv = tuple(argv)
+        self.agent_server_url = agent_server_url
+        self.workdir = workdir
+        self.sandbox = sandbox
+
+
 def environment(agent_server_url: str, extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """The gateway's environment minus its own settings, plus ``AGENT_SERVER_URL`` and ``extra``."""
     env = {name: value for name, value in os.environ.items() if not name.startswith(_ENV_PREFIX)}
