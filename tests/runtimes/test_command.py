@@ -21,6 +21,9 @@ from agent_gateway.store.queries.runs import Run
 
 from tests.signals.conftest import AgentProgram
 
+# Each test runs agent programs: a processes test (scripts/test --fast leaves it out).
+pytestmark = pytest.mark.processes
+
 URL = "http://127.0.0.1:9999"
 
 

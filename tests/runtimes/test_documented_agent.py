@@ -14,6 +14,9 @@ from agent_gateway.store.queries.runs import Run
 
 from tests.runtimes.test_echo import USER, AgentServer, agent_server
 
+# Each test runs agent programs: a processes test (scripts/test --fast leaves it out).
+pytestmark = pytest.mark.processes
+
 __all__ = ["agent_server"]
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "agents" / "runtimes.md"

@@ -21,6 +21,9 @@ from agent_gateway.signals.handlers import TemplateHandler
 from tests import served
 from tests.signals.conftest import GatewayFactory, emit, finished, runs_of
 
+# Each test runs agent programs: a processes test (scripts/test --fast leaves it out).
+pytestmark = pytest.mark.processes
+
 USER = "0b7c5e4e-52c3-4a83-a7a4-0ad3c1b8f7a2"
 ECHO = (sys.executable, "-m", "agent_gateway.runtimes.echo")
 DEFAULT_TEMPLATE = "A message from user {{ userId }}:\n\n{{ text }}"

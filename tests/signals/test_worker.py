@@ -26,6 +26,9 @@ from tests.signals.conftest import (
     until,
 )
 
+# Each test runs agent programs: a processes test (scripts/test --fast leaves it out).
+pytestmark = pytest.mark.processes
+
 MESSAGE = {"id": "m-1", "userId": "0b7c5e4e-52c3-4a83-a7a4-0ad3c1b8f7a2", "direction": "inbound", "seq": 1,
            "text": "hello", "createdAt": "2026-11-21T23:03:30.123Z"}
 
