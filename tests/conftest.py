@@ -10,6 +10,7 @@ Without a server, PostgreSQL cases are skipped with a reason, unless
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import queue
 import shutil
@@ -92,6 +93,15 @@ class Databases:
         """A new database no migration has touched; its name."""
         return self._create("")
 
+    @contextlib.contextmanager
+    def url(self, *, migrated: bool) -> Iterator[str]:
+        """The URL of a new database (a copy of the template, or an empty one), dropped after use."""
+        name = self.copy() if migrated else self.empty()
+        try:
+            yield postgres_url_of(name)
+        finally:
+            self.drop(name)
+
     def drop(self, name: str) -> None:
         """Drop ``name`` (under whoever is still connected to it) soon, not now."""
         self._doomed.put(name)
@@ -150,10 +160,8 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
         shutil.copyfile(request.getfixturevalue("sqlite_template"), path)
         yield f"sqlite:///{path}"
         return
-    databases: Databases = request.getfixturevalue("postgres_databases")
-    name = databases.copy()
-    yield postgres_url_of(name)
-    databases.drop(name)
+    with request.getfixturevalue("postgres_databases").url(migrated=True) as url:
+        yield url
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -162,10 +170,8 @@ def empty_database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterat
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'fresh.db'}"
         return
-    databases: Databases = request.getfixturevalue("postgres_databases")
-    name = databases.empty()
-    yield postgres_url_of(name)
-    databases.drop(name)
+    with request.getfixturevalue("postgres_databases").url(migrated=False) as url:
+        yield url
 
 
 @pytest.fixture

@@ -12,15 +12,14 @@ import sqlalchemy as sa
 from prometheus_client.parser import text_string_to_metric_families
 
 from agent_gateway.gateway import Gateway
-from tests.conftest import Databases, admin, postgres_url_of
+from tests.conftest import Databases, admin
 
 
 @pytest.fixture
 def postgresql_url(postgres_databases: Databases) -> Iterator[str]:
     """A fresh, migrated PostgreSQL database, for the cases that drop it under a running gateway."""
-    name = postgres_databases.copy()
-    yield postgres_url_of(name)
-    postgres_databases.drop(name)
+    with postgres_databases.url(migrated=True) as url:
+        yield url
 
 
 READY_DEADLINE_S = 300  # a ceiling for a broken build
