@@ -73,10 +73,14 @@ class Databases:
     """The run's PostgreSQL databases: a template migrated once, and a copy of it (or an empty
     database) for each test that asks.
 
-    A copy is made at once (``CREATE DATABASE ... TEMPLATE``). Dropping one is left to a thread
-    of its own: PostgreSQL 15 checkpoints at every ``DROP DATABASE``, which takes seconds on a
-    busy machine, and no test needs to wait for that. :meth:`close` waits for the last drops.
+    Copies are made ahead (``CREATE DATABASE ... TEMPLATE`` in a thread of their own, ``AHEAD`` at
+    a time), so a test takes one that is ready instead of waiting for PostgreSQL to write it.
+    Dropping one is left to another thread: PostgreSQL 15 checkpoints at every ``DROP DATABASE``,
+    which takes seconds on a busy machine, and no test needs to wait for that. :meth:`close`
+    waits for the last drops.
     """
+
+    AHEAD = 2
 
     def __init__(self, template: str) -> None:
         self.template = template
@@ -84,10 +88,20 @@ class Databases:
         self._failed: list[tuple[str, BaseException]] = []
         self._dropper = threading.Thread(target=self._drop_each, name="drop test databases", daemon=True)
         self._dropper.start()
+        self._ready: queue.SimpleQueue[str | BaseException] = queue.SimpleQueue()
+        self._room = threading.Semaphore(self.AHEAD)
+        self._closing = threading.Event()
+        self._copier = threading.Thread(target=self._copy_ahead, name="copy test databases", daemon=True)
+        self._copier.start()
 
     def copy(self) -> str:
         """A new database copied from the migrated template; its name."""
-        return self._create(f"TEMPLATE {self.template}")
+        made = self._ready.get()
+        self._room.release()
+        if isinstance(made, BaseException):
+            # Made ahead while the server was away (a test restarts it): once more, now.
+            return self._create(f"TEMPLATE {self.template}")
+        return made
 
     def empty(self) -> str:
         """A new database no migration has touched; its name."""
@@ -107,7 +121,15 @@ class Databases:
         self._doomed.put(name)
 
     def close(self) -> None:
-        """Wait for every drop asked so far; fail the run if one could not be done."""
+        """Drop the copies no test took, wait for every drop asked so far; fail the run if one
+        could not be done."""
+        self._closing.set()
+        self._room.release()
+        self._copier.join()
+        while not self._ready.empty():
+            made = self._ready.get()
+            if isinstance(made, str):
+                self.drop(made)
         self._doomed.put(None)
         self._dropper.join()
         if self._failed:
@@ -118,6 +140,16 @@ class Databases:
         name = f"agw_{RUN_ID}_{uuid.uuid4().hex[:10]}"
         asyncio.run(admin(f"CREATE DATABASE {name} {clause}"))
         return name
+
+    def _copy_ahead(self) -> None:
+        while True:
+            self._room.acquire()
+            if self._closing.is_set():
+                return
+            try:
+                self._ready.put(self._create(f"TEMPLATE {self.template}"))
+            except (OSError, asyncpg.PostgresError, asyncio.TimeoutError) as exc:
+                self._ready.put(exc)
 
     def _drop_each(self) -> None:
         while (name := self._doomed.get()) is not None:
@@ -157,6 +189,20 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
     """A fresh, migrated database of each backend."""
     if request.param == "sqlite":
         path = tmp_path / "gateway.db"
+        shutil.copyfile(request.getfixturevalue("sqlite_template"), path)
+        yield f"sqlite:///{path}"
+        return
+    with request.getfixturevalue("postgres_databases").url(migrated=True) as url:
+        yield url
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def module_database_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A fresh, migrated database of each backend that a module's tests share: the database of a
+    served gateway started once per module (``served.ServedGateway.start`` in a module-scoped
+    fixture), for tests that neither change its configuration nor need its tables empty."""
+    if request.param == "sqlite":
+        path = tmp_path_factory.mktemp("module-database") / "gateway.db"
         shutil.copyfile(request.getfixturevalue("sqlite_template"), path)
         yield f"sqlite:///{path}"
         return
@@ -235,4 +281,13 @@ async def public(gateway: Gateway) -> AsyncIterator[httpx.AsyncClient]:
 def served_gateway(tmp_path: Path, database_url: str) -> Iterator[served.ServedGateway]:
     """A real ``agent-gateway serve`` subprocess (made by ``agent-gateway init``) on free ports."""
     with served.ServedGateway.start(tmp_path / "deployment", database_url) as gateway:
+        yield gateway
+
+
+@pytest.fixture(scope="module")
+def shared_gateway(tmp_path_factory: pytest.TempPathFactory, module_database_url: str) -> Iterator[served.ServedGateway]:
+    """A served gateway like ``served_gateway``, started once per module and backend and shared by
+    the module's tests: for tests that change nothing of its configuration and need no table empty
+    (each works on Users, Schedules and Messages of its own)."""
+    with served.ServedGateway.start(tmp_path_factory.mktemp("deployment"), module_database_url) as gateway:
         yield gateway

@@ -77,6 +77,7 @@ class ServedGateway:
         self.log = log
         self.public_url = f"http://{env['AGENT_GATEWAY_PUBLIC_LISTEN']}"
         self.agent_url = f"http://{env['AGENT_GATEWAY_AGENT_LISTEN']}"
+        self.database_url = env.get("AGENT_GATEWAY_DATABASE_URL")  # None when only its file names it
         ops = env.get("AGENT_GATEWAY_OPS_LISTEN")
         self.ops_url = f"http://{ops}" if ops else None
 

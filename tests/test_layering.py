@@ -21,7 +21,7 @@ SOURCE = Path(agent_gateway.__file__).parent
 FLOORS: list[tuple[str, frozenset[str]]] = [
     # Neutral leaves: they import nothing of the gateway but errors (see LEAVES), so any floor may use them.
     # ``agent_gateway`` is the package itself (its __init__ is empty; the sandbox asks it for its path).
-    ("leaves", frozenset({"agent_gateway", "errors", "clock", "jsontext", "merkle", "records", "ids", "config"})),
+    ("leaves", frozenset({"agent_gateway", "errors", "clock", "jsontext", "merkle", "records", "ids", "config", "addresses"})),
     # The agent kit, installed beside programs that talk to the Agent server: the server may
     # use its shapes, and it imports nothing of the server (see KIT).
     ("kit", frozenset({"agent"})),

@@ -22,9 +22,9 @@ def protected_header(jws: str) -> dict:
 SPEC = {"kind": "cron", "expr": "0 9 * * *", "tz": "Europe/Paris"}
 
 
-def test_the_sync_client_calls_every_operation(served_gateway: served.ServedGateway) -> None:
-    user = served_gateway.cli_json("users", "add")
-    with Client(served_gateway.agent_url) as client:
+def test_the_sync_client_calls_every_operation(shared_gateway: served.ServedGateway) -> None:
+    user = shared_gateway.cli_json("users", "add")
+    with Client(shared_gateway.agent_url) as client:
         sent = client.send_message(user["id"], "hello ü")
         assert (sent["userId"], sent["direction"], sent["seq"], sent["text"]) == (user["id"], "outbound", 1, "hello ü")
         client.send_message(user["id"], "second")
@@ -50,8 +50,8 @@ def test_the_sync_client_calls_every_operation(served_gateway: served.ServedGate
         assert client.user(user["id"])["id"] == user["id"]
 
 
-def test_a_refusal_raises_agent_error_with_the_spec_body(served_gateway: served.ServedGateway) -> None:
-    with Client(served_gateway.agent_url) as client:
+def test_a_refusal_raises_agent_error_with_the_spec_body(shared_gateway: served.ServedGateway) -> None:
+    with Client(shared_gateway.agent_url) as client:
         with pytest.raises(AgentError) as missing:
             client.send_message(str(uuid.uuid4()), "to nobody")
         assert missing.value.status_code == 404
@@ -90,9 +90,9 @@ def test_the_url_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> 
         Client()
 
 
-async def test_the_async_client_calls_the_same_operations(served_gateway: served.ServedGateway) -> None:
-    user = served_gateway.cli_json("users", "add")
-    async with AsyncClient(served_gateway.agent_url) as client:
+async def test_the_async_client_calls_the_same_operations(shared_gateway: served.ServedGateway) -> None:
+    user = shared_gateway.cli_json("users", "add")
+    async with AsyncClient(shared_gateway.agent_url) as client:
         sent = await client.send_message(user["id"], "hi")
         assert sent["seq"] == 1
         assert [m["text"] for m in await client.read_messages(user["id"], after=0)] == ["hi"]

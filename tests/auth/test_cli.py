@@ -29,8 +29,8 @@ def me(gateway: ServedGateway, token: str) -> httpx.Response:
 
 
 @pytest.mark.e2e
-def test_an_operator_gives_access_and_takes_it_back(served_gateway: ServedGateway):
-    gateway = served_gateway
+def test_an_operator_gives_access_and_takes_it_back(shared_gateway: ServedGateway):
+    gateway = shared_gateway
     user = gateway.cli_json("users", "add")
     assert login(gateway, user["id"], "from stdin").status_code == 401
 
@@ -63,8 +63,8 @@ def test_an_operator_gives_access_and_takes_it_back(served_gateway: ServedGatewa
 
 
 @pytest.mark.e2e
-def test_cli_refusals(served_gateway: ServedGateway):
-    gateway = served_gateway
+def test_cli_refusals(shared_gateway: ServedGateway):
+    gateway = shared_gateway
     user = gateway.cli_json("users", "add")
 
     # Never from argv: there is no such argument.
@@ -90,16 +90,16 @@ def test_cli_refusals(served_gateway: ServedGateway):
 
 
 @pytest.mark.e2e
-def test_set_password_refuses_stdin_that_is_not_utf8(served_gateway: ServedGateway):
+def test_set_password_refuses_stdin_that_is_not_utf8(shared_gateway: ServedGateway):
     import subprocess
     import sys
 
     from tests.served import cli_env
 
-    user = served_gateway.cli_json("users", "add")
+    user = shared_gateway.cli_json("users", "add")
     result = subprocess.run(
         [sys.executable, "-m", "agent_gateway", "users", "set-password", user["id"], "--password-stdin"],
-        env=cli_env(served_gateway.config, served_gateway.env),
+        env=cli_env(shared_gateway.config, shared_gateway.env),
         input=b"\xff\xfe",
         capture_output=True,
         timeout=600,

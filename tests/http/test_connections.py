@@ -29,9 +29,10 @@ SHORT = {
 }
 
 
-@pytest.fixture
-def gateway(tmp_path: Path, database_url: str) -> Iterator[served.ServedGateway]:
-    with served.ServedGateway.start(tmp_path / "deployment", database_url, env=SHORT) as gateway:
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory: pytest.TempPathFactory, module_database_url: str) -> Iterator[served.ServedGateway]:
+    """One gateway per backend for the tests that only talk to it: none changes what it serves."""
+    with served.ServedGateway.start(tmp_path_factory.mktemp("deployment"), module_database_url, env=SHORT) as gateway:
         yield gateway
 
 

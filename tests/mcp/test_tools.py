@@ -49,6 +49,13 @@ def body(response: httpx.Response, status: int = 200) -> Any:
     return response.json()
 
 
+@pytest.fixture(scope="module")
+def served_gateway(shared_gateway: served.ServedGateway) -> served.ServedGateway:
+    """No test here changes the gateway's configuration, and each works on a User and Schedules of
+    its own: they share one gateway per backend (``agent_http`` reads the same one)."""
+    return shared_gateway
+
+
 def in_an_hour() -> str:
     return (datetime.now(timezone.utc) + timedelta(hours=1)).isoformat()
 
@@ -127,6 +134,8 @@ async def test_every_tool_answers_its_route_s_body(
         assert replaced == body(agent_http("GET", "/schedules/daily.digest")) and replaced["spec"]["tz"] == "UTC"
         assert await call("delete_schedule", name="reminder") == {}
         assert agent_http("GET", "/schedules/reminder").status_code == 404
+        # Gone too, so that no fire of it lands in another test on this shared gateway.
+        assert await call("delete_schedule", name="daily.digest") == {}
 
         # Users.
         assert await call("get_user", id=user["id"]) == body(agent_http("GET", f"/users/{user['id']}"))
@@ -141,7 +150,7 @@ async def test_every_tool_answers_its_route_s_body(
         )
         assert posted.status_code == 201, posted.text
         signal = (await call("list_signals", kind="message.received", limit=1))["signals"][0]
-        assert signal["payload"]["text"] == "hi agent"
+        assert signal["payload"]["text"] == "hi agent" and signal["payload"]["userId"] == user["id"]
         deadline = time.monotonic() + CALL_TIMEOUT_S * 2
         while (run := body(agent_http("GET", "/runs", params={"signalId": signal["id"]}))["runs"]) == [] or run[0]["state"] not in ("done", "failed"):
             assert time.monotonic() < deadline, "the Run did not end"

@@ -55,9 +55,10 @@ def bearer(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
 
-@pytest.fixture
-def gateway_process(tmp_path: Path, database_url: str) -> Iterator[served.ServedGateway]:
-    with served.ServedGateway.start(tmp_path / "deployment", database_url, QUICK) as gateway:
+@pytest.fixture(scope="module")
+def gateway_process(tmp_path_factory: pytest.TempPathFactory, module_database_url: str) -> Iterator[served.ServedGateway]:
+    """One gateway per backend for the tests that change nothing of it: each writes to Users of its own."""
+    with served.ServedGateway.start(tmp_path_factory.mktemp("deployment"), module_database_url, QUICK) as gateway:
         yield gateway
 
 
@@ -74,9 +75,9 @@ async def send(client: httpx.AsyncClient, gateway: served.ServedGateway, user_id
 
 
 async def test_the_backlog_and_live_messages_meet_without_gap_or_duplicate(
-    gateway_process: served.ServedGateway, database_url: str, client: httpx.AsyncClient
+    gateway_process: served.ServedGateway, module_database_url: str, client: httpx.AsyncClient
 ) -> None:
-    user_id, token = await new_user(database_url)
+    user_id, token = await new_user(module_database_url)
     for n in range(1, 6):
         await send(client, gateway_process, user_id, f"before {n}")
 
@@ -98,16 +99,16 @@ async def test_the_backlog_and_live_messages_meet_without_gap_or_duplicate(
 
 
 async def test_the_agent_server_follows_any_users_log(
-    gateway_process: served.ServedGateway, database_url: str, client: httpx.AsyncClient
+    gateway_process: served.ServedGateway, module_database_url: str, client: httpx.AsyncClient
 ) -> None:
-    user_id, _ = await new_user(database_url)
-    other_id, _ = await new_user(database_url)
+    user_id, _ = await new_user(module_database_url)
+    other_id, _ = await new_user(module_database_url)
     await send(client, gateway_process, user_id, "old")
     async with open_stream(client, f"{gateway_process.agent_url}/messages/stream", params={"user": user_id.upper()}) as stream:
         # With no cursor: only Messages committed after the stream opened.
         await send(client, gateway_process, other_id, "not theirs")
         inbound = await client.post(
-            f"{gateway_process.public_url}/messages", json={"text": "from the User"}, headers=bearer(_ := (await new_token(database_url, user_id)))
+            f"{gateway_process.public_url}/messages", json={"text": "from the User"}, headers=bearer(_ := (await new_token(module_database_url, user_id)))
         )
         assert inbound.status_code == 201
         await send(client, gateway_process, user_id, "new")
@@ -128,9 +129,9 @@ async def new_token(database_url: str, user_id: str) -> str:
 
 
 async def test_last_event_id_resumes_after_it_and_wins_over_after(
-    gateway_process: served.ServedGateway, database_url: str, client: httpx.AsyncClient
+    gateway_process: served.ServedGateway, module_database_url: str, client: httpx.AsyncClient
 ) -> None:
-    user_id, token = await new_user(database_url)
+    user_id, token = await new_user(module_database_url)
     for n in range(1, 5):
         await send(client, gateway_process, user_id, f"m{n}")
     headers = {**bearer(token), "Last-Event-ID": "2"}
@@ -143,9 +144,9 @@ async def test_last_event_id_resumes_after_it_and_wins_over_after(
 
 
 async def test_keep_alive_comments_arrive_while_nothing_is_written(
-    gateway_process: served.ServedGateway, database_url: str, client: httpx.AsyncClient
+    gateway_process: served.ServedGateway, module_database_url: str, client: httpx.AsyncClient
 ) -> None:
-    _, token = await new_user(database_url)
+    _, token = await new_user(module_database_url)
     async with open_stream(client, f"{gateway_process.public_url}/messages/stream", headers=bearer(token)) as stream:
         for _ in range(2):
             event = await stream.next()
@@ -153,9 +154,9 @@ async def test_keep_alive_comments_arrive_while_nothing_is_written(
 
 
 async def test_revoking_the_token_ends_the_stream(
-    gateway_process: served.ServedGateway, database_url: str, client: httpx.AsyncClient
+    gateway_process: served.ServedGateway, module_database_url: str, client: httpx.AsyncClient
 ) -> None:
-    _, token = await new_user(database_url)
+    _, token = await new_user(module_database_url)
     async with open_stream(client, f"{gateway_process.public_url}/messages/stream", headers=bearer(token)) as stream:
         revoked = await client.delete(f"{gateway_process.public_url}/auth/tokens/current", headers=bearer(token))
         assert revoked.status_code == 204
@@ -166,9 +167,9 @@ async def test_revoking_the_token_ends_the_stream(
 
 
 async def test_the_stream_ends_when_its_token_expires(
-    gateway_process: served.ServedGateway, database_url: str, client: httpx.AsyncClient
+    gateway_process: served.ServedGateway, module_database_url: str, client: httpx.AsyncClient
 ) -> None:
-    _, token = await new_user(database_url, ttl_ms=1_000)
+    _, token = await new_user(module_database_url, ttl_ms=1_000)
     response = await client.get(f"{gateway_process.public_url}/messages/stream", headers=bearer(token))
     if response.status_code == 401:
         return  # it expired before the stream opened (a loaded machine): nothing left to see
@@ -200,10 +201,10 @@ async def test_a_stream_of_another_scheme_asks_it_again_and_ends_when_it_refuses
 
 
 async def test_a_reader_that_falls_behind_is_disconnected_and_others_go_on(
-    gateway_process: served.ServedGateway, database_url: str, client: httpx.AsyncClient
+    gateway_process: served.ServedGateway, module_database_url: str, client: httpx.AsyncClient
 ) -> None:
-    slow_id, slow_token = await new_user(database_url)
-    other_id, other_token = await new_user(database_url)
+    slow_id, slow_token = await new_user(module_database_url)
+    other_id, other_token = await new_user(module_database_url)
     host, port = gateway_process.public_url.removeprefix("http://").split(":")
     # A client that asks for its stream and then reads nothing, with a tiny receive buffer.
     slow = socket.socket()

@@ -38,24 +38,6 @@ def test_signature_verifies_with_the_library_and_is_the_specified_hmac() -> None
         Webhook(secret).verify(body + b" ", headers)  # nor does another body
 
 
-@pytest.mark.parametrize(
-    "address",
-    ["127.0.0.1", "10.1.2.3", "172.16.0.1", "192.168.1.1", "169.254.169.254", "100.64.0.1", "0.0.0.0",
-     "::1", "fe80::1", "fc00::1", "::ffff:127.0.0.1", "224.0.0.1"],
-)
-def test_non_public_addresses_are_not_public(address: str) -> None:
-    import ipaddress
-
-    assert not sender.is_public(ipaddress.ip_address(address))
-
-
-def test_public_addresses_are_public() -> None:
-    import ipaddress
-
-    assert sender.is_public(ipaddress.ip_address("93.184.216.34"))
-    assert sender.is_public(ipaddress.ip_address("2606:2800:220:1:248:1893:25c8:1946"))
-
-
 async def test_a_name_resolving_to_loopback_is_refused_at_connect_time(receiver: Receiver) -> None:
     """localhost passes the config's check (it is a name), and is refused once resolved."""
     out = Sender(timeout_s=10)

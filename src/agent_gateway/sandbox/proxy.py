@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import logging
 import socket
 from collections.abc import Iterable
 from urllib.parse import urlsplit
 
 from agent_gateway import errors
+from agent_gateway.addresses import is_public
 from agent_gateway.config import Address
 from agent_gateway.ops import metrics
 from agent_gateway.sandbox.relay import splice
@@ -92,19 +92,12 @@ class EgressProxy:
             raise EgressRefused(f"{host} does not resolve") from None
         addresses = [info[4][0] for info in infos]
         for address in addresses:
-            if not _public(address) and (address.lower(), port) not in self.allowed:
+            if not is_public(address) and (address.lower(), port) not in self.allowed:
                 raise EgressRefused(f"{host} resolves to the non-public address {address}, which is not listed itself")
         try:
             return await asyncio.wait_for(asyncio.open_connection(addresses[0], port), CONNECT_TIMEOUT_S)
         except (OSError, asyncio.TimeoutError):
             raise EgressRefused(f"{host}:{port} does not answer") from None
-
-
-def _public(address: str) -> bool:
-    ip = ipaddress.ip_address(address.split("%", 1)[0])
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    return ip.is_global and not ip.is_multicast
 
 
 def _parse(head: bytes) -> tuple[bytes, bytes, bytes, list[bytes]]:

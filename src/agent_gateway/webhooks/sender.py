@@ -22,20 +22,13 @@ import socket
 import httpx
 
 from agent_gateway import errors
+from agent_gateway.addresses import is_public
 
 MAX_RESPONSE_BYTES = 64 * 1024
 
 
 class EndpointRefused(errors.GatewayError):
     """The endpoint's address is not one the gateway sends to; the message says why."""
-
-
-def is_public(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
-    """Whether ``address`` is a public unicast address (an IPv4-mapped one judged as IPv4)."""
-    mapped = getattr(address, "ipv4_mapped", None)
-    if mapped is not None:
-        address = mapped
-    return address.is_global and not address.is_multicast
 
 
 class Sender:
