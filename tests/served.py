@@ -68,6 +68,26 @@ def run_cli(
     )
 
 
+def run_cli_here(
+    *args: str, config: Path, input: str | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``agent-gateway ARGS`` as :func:`run_cli` runs it, but in this process (Typer's runner), for
+    tables of refusals and repeated runs where what is tested is the command's answer and not its
+    start: an interpreter start costs a second of CPU. Only from a test with no event loop running.
+    The environment is what :func:`run_cli` would give, no more: every other ``AGENT_GATEWAY_``
+    variable of this process is hidden for the call."""
+    from typer.testing import CliRunner
+
+    from agent_gateway.cli.main import app
+
+    given = {"AGENT_GATEWAY_CONFIG": str(config), **(env or {})}
+    hidden: dict[str, str | None] = {name: None for name in os.environ if name.startswith("AGENT_GATEWAY_")}
+    result = CliRunner().invoke(app, list(args), input=input, env={**hidden, **given}, prog_name="agent-gateway")
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return subprocess.CompletedProcess(["agent-gateway", *args], result.exit_code, result.stdout, result.stderr)
+
+
 class ServedGateway:
     def __init__(self, directory: Path, process: subprocess.Popen[bytes], env: dict[str, str], log: Path) -> None:
         self.directory = directory
@@ -177,6 +197,10 @@ class ServedGateway:
 
     def cli(self, *args: str, input: str | None = None) -> subprocess.CompletedProcess[str]:
         return run_cli(*args, config=self.config, input=input, env=self.env)
+
+    def cli_here(self, *args: str, input: str | None = None) -> subprocess.CompletedProcess[str]:
+        """:meth:`cli` in this process (:func:`run_cli_here`)."""
+        return run_cli_here(*args, config=self.config, input=input, env=self.env)
 
     def cli_json(self, *args: str, input: str | None = None) -> Any:
         result = self.cli(*args, input=input)

@@ -81,7 +81,7 @@ def test_cli_refusals(shared_gateway: ServedGateway):
         (("tokens", "issue", "not-a-uuid"), None, "id must be a UUID"),
         (("tokens", "revoke", "not-a-uuid"), None, "id must be a UUID"),
     ]:
-        result = gateway.cli(*args, input=stdin)
+        result = gateway.cli_here(*args, input=stdin)
         assert result.returncode == 1, args
         assert result.stderr == f"agent-gateway: error: {message}\n", args
     assert login(gateway, user["id"], "pw").status_code == 401

@@ -18,7 +18,7 @@ from cryptography.hazmat.primitives.asymmetric import ed25519
 
 from agent_gateway import config, deployment
 from agent_gateway.cli.main import app
-from tests.served import run_cli
+from tests.served import run_cli, run_cli_here
 
 pytestmark = pytest.mark.processes
 
@@ -146,11 +146,8 @@ def test_users_errors_are_one_line(cli: Cli) -> None:
         *((("users", "set-attributes", user["id"], bad), None, "JSON") for bad in ("{", "NaN", "{'a': 1}", "")),
     ]
 
-    def run(case: tuple) -> tuple[tuple, subprocess.CompletedProcess[str]]:
-        return case, cli(*case[0], input=case[1])
-
-    for (args, _, expected), result in run_all(cases, run):  # type: ignore[misc]
-        assert expected in one_error_line(result), args
+    for args, stdin, expected in cases:
+        assert expected in one_error_line(run_cli_here(*args, config=cli.config, input=stdin, env=cli.env)), args
     # Nothing above changed the User.
     assert cli.json("users", "show", user["id"]) == user
 

@@ -15,16 +15,20 @@ from agent_gateway.signatures.service import DECISION_TYP
 from agent_gateway.store.queries.tree import key
 from tests.cli.test_main import one_error_line
 from tests.cli.test_operator_errors import run_sql
-from tests.served import ServedGateway, run_cli
+from tests.served import ServedGateway, run_cli, run_cli_here
 
 pytestmark = pytest.mark.processes
 
 
-def audit(gateway: ServedGateway, *args: str, token: str | None = None, url: str | None = None) -> subprocess.CompletedProcess[str]:
-    """The audit as a third party runs it: no configuration, no database, just the URL."""
+def audit(
+    gateway: ServedGateway, *args: str, token: str | None = None, url: str | None = None, process: bool = False
+) -> subprocess.CompletedProcess[str]:
+    """The audit as a third party runs it: no configuration, no database, just the URL; in this
+    process (the command's own code, without an interpreter start each time) unless ``process``."""
     if token is not None:
         args = (*args, "--token-stdin")
-    return run_cli("audit", url or gateway.public_url, *args, config=gateway.directory / "none.toml", input=token)
+    run = run_cli if process else run_cli_here
+    return run("audit", url or gateway.public_url, *args, config=gateway.directory / "none.toml", input=token)
 
 
 def publish(gateway: ServedGateway, count: int) -> list[dict]:
@@ -50,7 +54,7 @@ def test_an_honest_log_audits_from_nothing_and_then_only_what_is_new(served_gate
     gateway = served_gateway
     token = token_of_a_user(gateway)
     state = tmp_path / "audit-state.json"
-    empty = audited(audit(gateway, "--state", str(state), token=token))
+    empty = audited(audit(gateway, "--state", str(state), token=token, process=True))
     assert (empty["treeSize"], empty["audited"]) == (0, 0)
     publish(gateway, 5)
     first = audited(audit(gateway, "--state", str(state), token=token))
