@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import io
+import logging
 import os
 import resource
 import signal
@@ -82,10 +84,21 @@ def run_cli_here(
 
     given = {"AGENT_GATEWAY_CONFIG": str(config), **(env or {})}
     hidden: dict[str, str | None] = {name: None for name in os.environ if name.startswith("AGENT_GATEWAY_")}
-    result = CliRunner().invoke(app, list(args), input=input, env={**hidden, **given}, prog_name="agent-gateway")
+    # A command configures no logging: in its own process, Python's last-resort handler writes
+    # each warning to stderr as one more line. Here pytest's handlers would take them: they are
+    # written to the command's stderr as that handler would, so "one line" tests stay as strict.
+    logged = io.StringIO()
+    last_resort = logging.StreamHandler(logged)
+    last_resort.setLevel(logging.WARNING)
+    logging.getLogger().addHandler(last_resort)
+    try:
+        result = CliRunner().invoke(app, list(args), input=input, env={**hidden, **given}, prog_name="agent-gateway")
+    finally:
+        logging.getLogger().removeHandler(last_resort)
     if result.exception is not None and not isinstance(result.exception, SystemExit):
         raise result.exception
-    return subprocess.CompletedProcess(["agent-gateway", *args], result.exit_code, result.stdout, result.stderr)
+    stderr = result.stderr + logged.getvalue()
+    return subprocess.CompletedProcess(["agent-gateway", *args], result.exit_code, result.stdout, stderr)
 
 
 class ServedGateway:
