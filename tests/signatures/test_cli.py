@@ -13,7 +13,7 @@ from agent_gateway.signatures import keys
 from agent_gateway.signatures.identity import SigningIdentity
 
 from tests.cli.test_main import one_error_line
-from tests.served import ServedGateway, run_cli
+from tests.served import ServedGateway, run_cli, run_cli_here
 from tests.signatures.helpers import independent_verify, segments
 
 pytestmark = pytest.mark.processes
@@ -38,7 +38,7 @@ def jwks_file(deployment: Path) -> Path:
 @pytest.mark.parametrize(("key_type", "algorithm"), [("ed25519", "EdDSA"), ("p256", "ES256"), ("p384", "ES384"), ("p521", "ES512")])
 def test_keys_generate_writes_a_private_key_for_the_owner_only(tmp_path: Path, key_type: str, algorithm: str) -> None:
     out = tmp_path / "key.pem"
-    result = run_cli("keys", "generate", "--type", key_type, str(out), config=tmp_path / "none.toml")
+    result = run_cli_here("keys", "generate", "--type", key_type, str(out), config=tmp_path / "none.toml")
     assert result.returncode == 0, result.stderr
     assert stat.S_IMODE(out.stat().st_mode) == 0o600
     assert out.read_bytes().startswith(b"-----BEGIN PRIVATE KEY-----")  # PKCS#8
@@ -50,10 +50,10 @@ def test_keys_generate_defaults_to_ed25519_and_never_overwrites(tmp_path: Path) 
     assert run_cli("keys", "generate", str(out), config=tmp_path / "none.toml").returncode == 0
     before = out.read_bytes()
     assert SigningIdentity(before).algorithm == "EdDSA"
-    again = run_cli("keys", "generate", str(out), config=tmp_path / "none.toml")
+    again = run_cli_here("keys", "generate", str(out), config=tmp_path / "none.toml")
     assert again.returncode == 1 and "exists" in again.stderr
     assert out.read_bytes() == before
-    bad_type = run_cli("keys", "generate", "--type", "rsa", str(tmp_path / "other.pem"), config=tmp_path / "none.toml")
+    bad_type = run_cli_here("keys", "generate", "--type", "rsa", str(tmp_path / "other.pem"), config=tmp_path / "none.toml")
     assert bad_type.returncode == 2 and not (tmp_path / "other.pem").exists()
 
 
@@ -70,7 +70,7 @@ def test_sign_signs_claims_in_the_order_written(deployment: Path, jwks_file: Pat
 
 
 def test_sign_reads_claims_from_stdin_and_takes_a_typ(deployment: Path) -> None:
-    result = run_cli("sign", "-", "--typ", "memo+jws", config=deployment, input='{"statement": "from stdin"}')
+    result = run_cli_here("sign", "-", "--typ", "memo+jws", config=deployment, input='{"statement": "from stdin"}')
     assert result.returncode == 0, result.stderr
     header, payload, _ = segments(orjson.loads(result.stdout)["jws"])
     assert orjson.loads(header)["typ"] == "memo+jws" and payload == b'{"statement":"from stdin"}'
@@ -81,7 +81,7 @@ def test_sign_refuses_bad_claims_with_one_line(deployment: Path) -> None:
     result = run_cli("sign", '{"other": 1}', config=deployment)
     assert result.returncode == 1 and result.stdout == ""
     assert result.stderr.strip().splitlines() == ["agent-gateway: error: claims must include statement, a non-empty string"]
-    assert run_cli("sign", "not json", config=deployment).returncode == 1
+    assert run_cli_here("sign", "not json", config=deployment).returncode == 1
 
 
 def test_sign_needs_a_signing_key(tmp_path: Path) -> None:
@@ -92,7 +92,7 @@ def test_sign_needs_a_signing_key(tmp_path: Path) -> None:
 
 
 def test_verify_checks_an_artifact_against_a_jwk_set_file(deployment: Path, jwks_file: Path, tmp_path: Path) -> None:
-    jws = orjson.loads(run_cli("sign", '{"statement": "s", "n": 1}', config=deployment).stdout)["jws"]
+    jws = orjson.loads(run_cli_here("sign", '{"statement": "s", "n": 1}', config=deployment).stdout)["jws"]
     nowhere = tmp_path / "no-config.toml"  # the verifier needs no configuration and no database
     result = run_cli("verify", jws, "--jwks", str(jwks_file), config=nowhere)
     assert result.returncode == 0, result.stderr
@@ -101,14 +101,14 @@ def test_verify_checks_an_artifact_against_a_jwk_set_file(deployment: Path, jwks
         "header": {"alg": "EdDSA", "typ": "service-statement+jws"},
         "payload": {"statement": "s", "n": 1},
     }
-    from_stdin = run_cli("verify", "-", "--jwks", str(jwks_file), config=nowhere, input=jws + "\n")
+    from_stdin = run_cli_here("verify", "-", "--jwks", str(jwks_file), config=nowhere, input=jws + "\n")
     assert from_stdin.returncode == 0 and orjson.loads(from_stdin.stdout)["verified"] is True
     tampered = jws[: jws.index(".") + 1] + "e30" + jws[jws.rindex(".") :]
-    refused = run_cli("verify", tampered, "--jwks", str(jwks_file), config=nowhere)
+    refused = run_cli_here("verify", tampered, "--jwks", str(jwks_file), config=nowhere)
     assert refused.returncode == 1 and orjson.loads(refused.stdout) == {"verified": False}
     other = tmp_path / "other.json"
     other.write_bytes(orjson.dumps(SigningIdentity(keys.generate_pem("ed25519")).jwks()))
-    assert orjson.loads(run_cli("verify", jws, "--jwks", str(other), config=nowhere).stdout) == {"verified": False}
+    assert orjson.loads(run_cli_here("verify", jws, "--jwks", str(other), config=nowhere).stdout) == {"verified": False}
 
 
 def test_verify_explains_an_unusable_jwk_set(tmp_path: Path) -> None:
