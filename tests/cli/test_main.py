@@ -43,10 +43,13 @@ class Cli:
         self.env = {"AGENT_GATEWAY_DATABASE_URL": database_url}
 
     def __call__(self, *args: str, input: str | None = None) -> subprocess.CompletedProcess[str]:
+        """The command in a process of its own, as an operator runs it."""
         return run_cli(*args, config=self.config, input=input, env=self.env)
 
-    def json(self, *args: str, input: str | None = None) -> object:
-        result = self(*args, input=input)
+    def json(self, *args: str, input: str | None = None, process: bool = False) -> object:
+        """The command's JSON answer: in this process (``run_cli_here``) unless ``process``."""
+        run = run_cli if process else run_cli_here
+        result = run(*args, config=self.config, input=input, env=self.env)
         assert result.returncode == 0, result.stderr
         return json.loads(result.stdout)  # the standard library keeps big integers exact
 
@@ -107,8 +110,8 @@ def test_init_writes_nothing_when_either_file_exists(tmp_path: Path, present: st
 
 
 def test_users_add_list_show(cli: Cli) -> None:
-    assert cli.json("users", "list") == []
-    first = cli.json("users", "add")
+    assert cli.json("users", "list", process=True) == []
+    first = cli.json("users", "add", process=True)
     second = cli.json("users", "add")
     assert isinstance(first, dict) and isinstance(second, dict)
     assert list(first) == ["id", "attributes", "createdAt"] and first["attributes"] == {}
@@ -123,7 +126,7 @@ def test_users_set_attributes(cli: Cli) -> None:
     user = cli.json("users", "add")
     assert isinstance(user, dict)
     text = '{"team": "blue", "roles": ["a", "b"], "n": 123456789012345678901234567890, "x": null}'
-    updated = cli.json("users", "set-attributes", user["id"], text)
+    updated = cli.json("users", "set-attributes", user["id"], text, process=True)
     assert updated == {**user, "attributes": json.loads(text)}
     assert cli.json("users", "show", user["id"]) == updated
     # "-" reads the value from stdin; any JSON value, null included.
