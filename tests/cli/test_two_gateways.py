@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -25,6 +26,14 @@ def init(directory: Path) -> Path:
     return directory / "gateway.toml"
 
 
+@pytest.fixture(scope="module")
+def first(tmp_path_factory: pytest.TempPathFactory) -> Iterator[served.ServedGateway]:
+    """The gateway already on the host, the same for each clash: none changes it."""
+    directory = tmp_path_factory.mktemp("first")
+    with served.ServedGateway.start(directory / "deployment", f"sqlite:///{directory / 'first.db'}") as gateway:
+        yield gateway
+
+
 @pytest.mark.parametrize(
     ("clash", "setting"),
     [
@@ -34,31 +43,29 @@ def init(directory: Path) -> Path:
     ],
 )
 def test_a_second_gateway_on_a_taken_port_is_told_which_setting_to_change(
-    tmp_path: Path, clash: str, setting: str
+    first: served.ServedGateway, tmp_path: Path, clash: str, setting: str
 ) -> None:
-    first_url = f"sqlite:///{tmp_path / 'first.db'}"
-    with served.ServedGateway.start(tmp_path / "first", first_url) as first:
-        # Its own deployment and ports, but for one listener: the first one's address
-        # (with both on init's defaults, the ops listener is the one a newcomer forgets).
-        config = init(tmp_path / "second")
-        ports = {
-            f"AGENT_GATEWAY_{name}_LISTEN": f"127.0.0.1:{served.free_port()}" for name in ("PUBLIC", "AGENT", "OPS")
-        }
-        taken = first.env[f"AGENT_GATEWAY_{clash}_LISTEN"]
-        ports[f"AGENT_GATEWAY_{clash}_LISTEN"] = taken
-        second = subprocess.run(
-            [sys.executable, "-m", "agent_gateway", "serve"],
-            env=served.cli_env(config, ports),
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-        assert second.returncode == 1
-        assert second.stderr.strip().splitlines() == [
-            f"agent-gateway: error: cannot listen on {taken}: Address already in use; set {setting} to a free address"
-        ]
-        # The first one is untouched.
-        assert httpx.get(f"{first.ops_url}/healthz", timeout=120).status_code == 200
+    # Its own deployment and ports, but for one listener: the first one's address
+    # (with both on init's defaults, the ops listener is the one a newcomer forgets).
+    config = init(tmp_path / "second")
+    ports = {
+        f"AGENT_GATEWAY_{name}_LISTEN": f"127.0.0.1:{served.free_port()}" for name in ("PUBLIC", "AGENT", "OPS")
+    }
+    taken = first.env[f"AGENT_GATEWAY_{clash}_LISTEN"]
+    ports[f"AGENT_GATEWAY_{clash}_LISTEN"] = taken
+    second = subprocess.run(
+        [sys.executable, "-m", "agent_gateway", "serve"],
+        env=served.cli_env(config, ports),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert second.returncode == 1
+    assert second.stderr.strip().splitlines() == [
+        f"agent-gateway: error: cannot listen on {taken}: Address already in use; set {setting} to a free address"
+    ]
+    # The first one is untouched.
+    assert httpx.get(f"{first.ops_url}/healthz", timeout=120).status_code == 200
 
 
 def test_init_writes_the_three_ports_together_and_the_documented_edit_moves_them(tmp_path: Path) -> None:
