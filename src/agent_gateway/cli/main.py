@@ -23,7 +23,8 @@ except ImportError:  # pragma: no cover - an older Typer on the real click
 
 from agent_gateway import deployment, errors
 from agent_gateway.cli import (
-    audit, chat, common, decisions, keys, mcp, messages, retention, schedules, sign, signals, tokens, users, webhooks,
+    audit, channels, chat, common, decisions, keys, mcp, messages, retention, schedules, sign, signals, tokens, users,
+    webhooks,
 )
 from agent_gateway.cli.common import ConfigOption, fail, load_settings, masked, on_database, with_store
 from agent_gateway.ops import logs
@@ -54,6 +55,8 @@ app.add_typer(signals.runs_app, name="runs")
 app.add_typer(messages.app, name="messages")
 app.add_typer(decisions.app, name="decisions")
 app.add_typer(webhooks.app, name="webhooks")
+app.add_typer(channels.pairing_app, name="pairing")
+app.add_typer(channels.channels_app, name="channels")
 app.command("sign")(sign.sign)
 app.command("verify")(sign.verify)
 app.command("prune")(retention.prune)
