@@ -465,14 +465,16 @@ def _channel_policy(value: Any) -> str:
     return value
 
 
-def _homeserver(value: Any) -> str:
+def homeserver_url(value: Any) -> str:
+    """A Matrix homeserver's client-server API base URL (no trailing slash); raises ValueError."""
     url = _str(value)
     if _webhook_host(url) is None:
         raise ValueError("must be the http:// or https:// base URL of the homeserver's client-server API, without credentials")
     return url.rstrip("/")
 
 
-def _matrix_user_id(value: Any) -> str:
+def matrix_user_id(value: Any) -> str:
+    """A Matrix user ID; raises ValueError."""
     if not isinstance(value, str) or not MATRIX_USER_ID.fullmatch(value):
         raise ValueError('must be a Matrix user ID, such as "@agent:example.org"')
     return value
@@ -650,11 +652,11 @@ _KEYS = (
     _Key(("webhook_delivery", "timeout_ms"), "webhook_timeout_ms", lambda v: _int(v, maximum=300_000),
          default='`10000`',
          doc='one delivery attempt (connect, send, the answer) fails after this long'),
-    _Key(("channels", "matrix", "homeserver"), "matrix_homeserver", _homeserver,
+    _Key(("channels", "matrix", "homeserver"), "matrix_homeserver", homeserver_url,
          default='—',
          doc="the Matrix homeserver's client-server API base URL (`https://matrix.example.org`); setting it "
              "serves the Matrix channel (see [Chat channels](/operate/channels.md))"),
-    _Key(("channels", "matrix", "user_id"), "matrix_user_id", _matrix_user_id,
+    _Key(("channels", "matrix", "user_id"), "matrix_user_id", matrix_user_id,
          default='—',
          doc="the agent's Matrix account (`@agent:example.org`), registered beforehand"),
     _Key(("channels", "matrix", "access_token_file"), "matrix_access_token_file", _str, is_path=True,

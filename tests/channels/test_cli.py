@@ -109,3 +109,40 @@ async def test_channel_deliveries(store: Store, tmp_path: Path) -> None:
     assert (dead.returncode, orjson.loads(dead.stdout)) == (0, [])
     wrong = await cli(tmp_path, store.url, "channels", "deliveries", "--state", "lost")
     assert wrong.returncode == 2 and wrong.stderr.count("\n") == 1
+
+
+def test_init_writes_the_matrix_table_and_the_token_file(tmp_path: Path) -> None:
+    from agent_gateway import config
+
+    token = "syt_secret_token_value"
+    result = served.run_cli(
+        "init", str(tmp_path / "d"), "--matrix-homeserver", "https://matrix.example.org/",
+        "--matrix-user", "@agent:example.org", "--matrix-token-stdin", config=tmp_path / "none.toml", input=token + "\n",
+    )
+    assert result.returncode == 0, result.stderr
+    assert token not in result.stdout + result.stderr
+    token_file = tmp_path / "d" / "matrix-token"
+    assert token_file.read_text().strip() == token and token_file.stat().st_mode & 0o777 == 0o600
+    assert token not in (tmp_path / "d" / "gateway.toml").read_text()
+    settings = config.load(tmp_path / "d" / "gateway.toml", environ={})
+    assert (settings.matrix_homeserver, settings.matrix_user_id, settings.matrix_policy) == (
+        "https://matrix.example.org", "@agent:example.org", "pairing"
+    )
+    assert settings.matrix_access_token_file == token_file
+
+
+@pytest.mark.parametrize(
+    ("options", "line"),
+    [
+        (("--matrix-homeserver", "https://m.example.org"), "give both --matrix-homeserver and --matrix-user"),
+        (("--matrix-homeserver", "ftp://m", "--matrix-user", "@a:m.org", "--matrix-token-stdin"),
+         "--matrix-homeserver must be the http:// or https:// base URL of the homeserver's client-server API, without credentials"),
+        (("--matrix-homeserver", "https://m.example.org", "--matrix-user", "agent", "--matrix-token-stdin"),
+         '--matrix-user must be a Matrix user ID, such as "@agent:example.org"'),
+        (("--matrix-token-stdin",), "--matrix-token-stdin is for --matrix-homeserver and --matrix-user"),
+    ],
+)
+def test_init_refuses_a_bad_matrix_account(tmp_path: Path, options: tuple[str, ...], line: str) -> None:
+    result = served.run_cli("init", str(tmp_path / "d"), *options, config=tmp_path / "none.toml", input="tok\n")
+    assert (result.returncode, result.stderr) == (1, f"agent-gateway: error: {line}\n")
+    assert not (tmp_path / "d").exists()

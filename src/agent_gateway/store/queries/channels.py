@@ -165,10 +165,8 @@ class Route:
     identities: tuple[str, ...]
 
 
-_LAST_INBOUND = (
-    sa.select(sa.func.max(messages.c.seq))
-    .where(messages.c.user_id == sa.bindparam("user_id"), messages.c.direction == "inbound")
-    .scalar_subquery()
+_LAST_INBOUND = sa.select(sa.func.max(messages.c.seq)).where(
+    messages.c.user_id == sa.bindparam("user_id"), messages.c.direction == "inbound"
 )
 
 
@@ -181,7 +179,7 @@ async def routes(conn: AsyncConnection, user_ids: Sequence[str]) -> dict[str, Ro
     found: dict[str, Route] = {}
     for user_id, names in linked.items():
         row = (await conn.execute(sa.select(conversations).where(conversations.c.user_id == user_id))).first()
-        last = (await conn.execute(sa.select(_LAST_INBOUND), {"user_id": user_id})).scalar()
+        last = (await conn.execute(_LAST_INBOUND, {"user_id": user_id})).scalar()
         found[user_id] = Route(None if row is None else Conversation(*row), last, tuple(sorted(names)))
     return found
 
