@@ -23,7 +23,8 @@ What the agent does (``docs/operate/channels.md`` says it for operators):
   direct room gets one polite reply saying only text is read; other events are
   ignored, and the agent's own messages are never taken as input.
 - A new deployment starts reading from its first connection: the first sync
-  only sets the position (and accepts pending invites); history is never taken.
+  only sets the position (and accepts pending invites); history is never taken,
+  nor a room's history from before the agent joined it.
 - Each sync's messages are stored with its ``next_batch`` token in one
   transaction (``channels.inbound.record``); a failure to store leaves the
   token where it was, and the sync is read again from there.
@@ -63,7 +64,10 @@ MAX_TIMEOUTS = 2
 # The waits between reconnections while the homeserver is unreachable.
 FIRST_RECONNECT_S = 0.5
 MAX_RECONNECT_S = 30.0
-ENCRYPTED = "encrypted"
+# How many of a room's newest events one sync may bring: what a restart takes of one room's
+# messages written while the gateway was down (past it, the sync is "limited" and says so).
+TIMELINE_LIMIT = 500
+SYNC_FILTER = {"room": {"timeline": {"limit": TIMELINE_LIMIT}}}
 CANNOT_DECRYPT = (
     "I cannot read encrypted messages. To talk to me, start a new direct chat with me "
     "with encryption turned off."
@@ -128,7 +132,9 @@ class Matrix(Network):
                 # No position: a new deployment, whose first sync only says where reading starts.
                 self._catching_up = position is None
                 client.next_batch = position
-                await client.sync_forever(timeout=SYNC_TIMEOUT_MS, since=position, full_state=True)
+                await client.sync_forever(
+                    timeout=SYNC_TIMEOUT_MS, sync_filter=SYNC_FILTER, since=position, full_state=True
+                )
             except Exception as exc:
                 self._unreachable(exc)
                 logger.warning(
@@ -165,12 +171,29 @@ class Matrix(Network):
         if not self._catching_up:
             for room_id, joined in response.rooms.join.items():
                 room = client.rooms.get(room_id)
-                for event in joined.timeline.events:
+                if joined.timeline.limited:
+                    logger.warning(
+                        "matrix: more than %d events in one room since the last sync; the older ones are not read",
+                        TIMELINE_LIMIT, extra={"action": "channel_read_limited"},
+                    )
+                for event in self._since_joined(joined.timeline.events):
                     received = self._received(room_id, room, event)
                     if received is not None:
                         read.append(received)
         self._catching_up = False
         await inbound.record(self.store, NAME, self.policy, read, response.next_batch)
+
+    def _since_joined(self, events: list[Any]) -> list[Any]:
+        """The events after the agent's own join, when this sync holds it: a room's history from
+        before the agent joined (which the room may show it) is never taken."""
+        for index in range(len(events) - 1, -1, -1):
+            event = events[index]
+            if (
+                isinstance(event, nio.RoomMemberEvent) and event.state_key == self.user_id
+                and event.membership == "join" and event.prev_membership != "join"  # not a profile change
+            ):
+                return events[index + 1:]
+        return events
 
     async def _join(self, client: nio.AsyncClient, room_id: str, invited: Any) -> None:
         for event in getattr(invited, "invite_state", ()):
