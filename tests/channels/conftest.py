@@ -100,7 +100,7 @@ class Person:
 
     async def heard(self, room_id: str, sender: str) -> list[tuple[str, str]]:
         """``(msgtype, body)`` of every message ``sender`` wrote in ``room_id``, oldest first."""
-        answer = await self.client.room_messages(room_id, start="", limit=1000)
+        answer = await self.client.room_messages(room_id, limit=1000)
         assert isinstance(answer, nio.RoomMessagesResponse), answer
         said = [
             (event.source["content"].get("msgtype"), event.source["content"].get("body"))
