@@ -57,12 +57,16 @@ async def heard_from_agent(person: Person, room_id: str, agent: str, n: int) -> 
 
 
 async def paired(deployment: Deployment, gateway: Gateway, person: Person) -> tuple[str, str]:
-    """A direct room of ``person`` with the agent, and the User the operator admitted for them."""
+    """A direct room of ``person`` with the agent, and the User the operator admitted for them,
+    who has written there once and had the echo (the agent's messages: the code, the echo)."""
     room = await person.direct_room(deployment.agent)
     await joined(person, room, deployment.agent)
     await person.say(room, "hello?")
     await heard_from_agent(person, room, deployment.agent, 1)
-    return room, await approve_all(gateway)
+    user_id = await approve_all(gateway)
+    await person.say(room, "ping")
+    await heard_from_agent(person, room, deployment.agent, 2)
+    return room, user_id
 
 
 async def test_the_whole_flow(deployment: Deployment, people, caplog: pytest.LogCaptureFixture) -> None:  # type: ignore[no-untyped-def]
@@ -144,10 +148,10 @@ async def test_messages_written_while_the_gateway_is_stopped_are_taken_once_in_o
     await alice.say(room, "one")
     await alice.say(room, "two")
     gateway = await deployment.start()
-    await until(lambda: answered(gateway, user_id, 2), what="both answers")
-    assert [text for direction, text in await log_of(gateway, user_id) if direction == "inbound"] == ["one", "two"]
-    said = await heard_from_agent(alice, room, deployment.agent, 3)
-    assert said[1:] == [("m.text", "echo: one"), ("m.text", "echo: two")]
+    await until(lambda: answered(gateway, user_id, 3), what="both answers")
+    assert [text for direction, text in await log_of(gateway, user_id) if direction == "inbound"] == ["ping", "one", "two"]
+    said = await heard_from_agent(alice, room, deployment.agent, 4)
+    assert said[2:] == [("m.text", "echo: one"), ("m.text", "echo: two")]
 
 
 async def answered(gateway: Gateway, user_id: str, n: int) -> bool:
@@ -164,10 +168,10 @@ async def test_an_answer_written_while_the_homeserver_is_down_is_delivered_once_
     await gateway.messages.send(user_id, "while you were away")
     await until(lambda: has_state(gateway, "failed"), what="a failed attempt")
     running_homeserver.restart()
-    said = await heard_from_agent(alice, room, deployment.agent, 2)
+    said = await heard_from_agent(alice, room, deployment.agent, 3)
     await until(lambda: all_delivered(gateway), what="the delivery")
-    assert (await alice.heard(room, deployment.agent))[1:] == [("m.text", "while you were away")]
-    assert said[1] == ("m.text", "while you were away")
+    assert (await alice.heard(room, deployment.agent))[2:] == [("m.text", "while you were away")]
+    assert said[2] == ("m.text", "while you were away")
 
 
 async def has_state(gateway: Gateway, state: str) -> bool:
@@ -193,10 +197,10 @@ async def test_a_message_stored_but_not_sent_is_sent_after_a_restart_once(deploy
     finally:
         await store.close()
     gateway = await deployment.start()
-    said = await heard_from_agent(alice, room, deployment.agent, 2)
+    said = await heard_from_agent(alice, room, deployment.agent, 3)
     await until(lambda: all_delivered(gateway), what="the delivery")
-    assert said[1:] == [("m.text", "stored, then killed")]
-    assert len(await alice.heard(room, deployment.agent)) == 2
+    assert said[2:] == [("m.text", "stored, then killed")]
+    assert len(await alice.heard(room, deployment.agent)) == 3
 
 
 async def test_allowlist_hears_only_linked_people(deployment: Deployment, people) -> None:  # type: ignore[no-untyped-def]
@@ -272,8 +276,8 @@ async def test_two_processes_never_send_one_delivery_twice(deployment: Deploymen
     room, user_id = await paired(deployment, first, alice)
     for n in range(10):
         await (first if n % 2 else second).messages.send(user_id, f"answer {n}")
-    said = await heard_from_agent(alice, room, deployment.agent, 11)
+    await heard_from_agent(alice, room, deployment.agent, 12)
     await until(lambda: all_delivered(first), what="every delivery")
     await asyncio.sleep(1)  # proving nothing more arrives: a second copy would come now
     said = await alice.heard(room, deployment.agent)
-    assert sorted(body for _, body in said[1:]) == sorted(f"answer {n}" for n in range(10))
+    assert sorted(body for _, body in said[2:]) == sorted(f"answer {n}" for n in range(10))

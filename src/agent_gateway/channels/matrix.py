@@ -171,12 +171,14 @@ class Matrix(Network):
         if not self._catching_up:
             for room_id, joined in response.rooms.join.items():
                 room = client.rooms.get(room_id)
-                if joined.timeline.limited:
+                events = self._since_joined(joined.timeline.events)
+                if joined.timeline.limited and len(events) == len(joined.timeline.events):
+                    # A gap in a room joined before (a newly joined one's gap is its history).
                     logger.warning(
                         "matrix: more than %d events in one room since the last sync; the older ones are not read",
                         TIMELINE_LIMIT, extra={"action": "channel_read_limited"},
                     )
-                for event in self._since_joined(joined.timeline.events):
+                for event in events:
                     received = self._received(room_id, room, event)
                     if received is not None:
                         read.append(received)
