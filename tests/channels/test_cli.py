@@ -26,10 +26,10 @@ def cli(tmp_path: Path, database_url: str, *args: str):  # type: ignore[no-untyp
     return asyncio.to_thread(served.run_cli, *args, config=path)
 
 
-async def snapshot(store: Store) -> tuple[list, ...]:
-    return tuple(
+async def snapshot(store: Store) -> list[list[tuple]]:
+    return [
         sorted(tuple(row) for row in await rows(store, table)) for table in (users, channel_identities, channel_pairings)
-    )
+    ]
 
 
 async def refused(tmp_path: Path, store: Store, args: tuple[str, ...], line: str) -> None:

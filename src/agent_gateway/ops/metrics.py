@@ -87,7 +87,7 @@ channel_pairing_requests = Counter(
 )
 channel_outbox_depth = Gauge(
     f"{PREFIX}_channel_outbox_depth",
-    "Channel deliveries not yet delivered nor dead, as the channel's sender last counted them.",
+    "Channel deliveries not yet delivered nor dead, as the channel's sender last saw them.",
     ("channel",),
     multiprocess_mode="livemax",
 )
