@@ -164,9 +164,12 @@ async def test_an_answer_written_while_the_homeserver_is_down_is_delivered_once_
     gateway = await deployment.start()
     alice = people()
     room, user_id = await paired(deployment, gateway, alice)
+    assert gateway.channels_status() == {"matrix": "ok"}
     running_homeserver.stop()
     await gateway.messages.send(user_id, "while you were away")
     await until(lambda: has_state(gateway, "failed"), what="a failed attempt")
+    # /readyz shows it, and the process stays ready (ops.routes).
+    assert gateway.channels_status()["matrix"].startswith("cannot reach the matrix server")
     running_homeserver.restart()
     said = await heard_from_agent(alice, room, deployment.agent, 3)
     await until(lambda: all_delivered(gateway), what="the delivery")
