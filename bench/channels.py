@@ -109,6 +109,11 @@ async def roundtrip(bench: Bench, samples: int) -> None:
     agent = gateway.settings.matrix_user_id or ""
     try:
         room = await person.direct_room(agent)
+
+        async def agent_joined() -> bool:
+            return agent in await person.members(room)
+
+        await until(agent_joined, "the agent joining")
         first = await person.client.sync(timeout=0)
         assert isinstance(first, nio.SyncResponse)
         since = first.next_batch
@@ -157,6 +162,11 @@ async def inbound_and_outbound(bench: Bench, burst: int) -> None:
     agent = gateway.settings.matrix_user_id or ""
     try:
         room = await person.direct_room(agent)
+
+        async def agent_joined() -> bool:
+            return agent in await person.members(room)
+
+        await until(agent_joined, "the agent joining")  # what is written before it joins is never read
         await person.say(room, "hello")
         user_id = ""
 
