@@ -165,23 +165,30 @@ class Route:
     identities: tuple[str, ...]
 
 
-_LAST_INBOUND = sa.select(sa.func.max(messages.c.seq)).where(
-    messages.c.user_id == sa.bindparam("user_id"), messages.c.direction == "inbound"
+_LAST_INBOUND = (
+    sa.select(sa.func.max(messages.c.seq))
+    .where(messages.c.user_id == identities.c.user_id, messages.c.direction == "inbound")
+    .scalar_subquery()
+)
+# One statement (one round trip) on an outbound Message's path: each identity of the Users,
+# with the User's conversation and most recent inbound seq beside it.
+_ROUTES = (
+    sa.select(identities.c.user_id, identities.c.identity, *conversations.c, _LAST_INBOUND)
+    .select_from(identities.outerjoin(conversations, conversations.c.user_id == identities.c.user_id))
 )
 
 
 async def routes(conn: AsyncConnection, user_ids: Sequence[str]) -> dict[str, Route]:
     """The :class:`Route` of each User of ``user_ids`` that has an identity (others have none)."""
     linked: dict[str, list[str]] = {}
-    query = sa.select(identities.c.user_id, identities.c.identity).where(identities.c.user_id.in_(list(user_ids)))
-    for user_id, name in await conn.execute(query):
+    held: dict[str, Conversation | None] = {}
+    last: dict[str, int | None] = {}
+    for row in await conn.execute(_ROUTES.where(identities.c.user_id.in_(list(user_ids)))):
+        user_id, name, *conversation, last_seq = row
         linked.setdefault(user_id, []).append(name)
-    found: dict[str, Route] = {}
-    for user_id, names in linked.items():
-        row = (await conn.execute(sa.select(conversations).where(conversations.c.user_id == user_id))).first()
-        last = (await conn.execute(_LAST_INBOUND, {"user_id": user_id})).scalar()
-        found[user_id] = Route(None if row is None else Conversation(*row), last, tuple(sorted(names)))
-    return found
+        held[user_id] = None if conversation[0] is None else Conversation(*conversation)
+        last[user_id] = last_seq
+    return {user_id: Route(held[user_id], last[user_id], tuple(sorted(names))) for user_id, names in linked.items()}
 
 
 async def read_position(conn: AsyncConnection, channel: str) -> str | None:
