@@ -175,6 +175,17 @@ class Settings:
     webhook_retry_for: datetime.timedelta = datetime.timedelta(days=1)
     webhook_first_retry_ms: int = 5_000
     webhook_timeout_ms: int = 10_000
+    # Chat channels (channels/): Matrix ([channels.matrix]); its access token is read from its
+    # file by the channel when it starts, and is never held here.
+    matrix_homeserver: str | None = None
+    matrix_user_id: str | None = None
+    matrix_access_token_file: Path | None = None
+    matrix_policy: str = "pairing"
+
+    @property
+    def channels(self) -> frozenset[str]:
+        """The chat channels this deployment serves."""
+        return frozenset({"matrix"}) if self.matrix_homeserver is not None else frozenset()
 
     @property
     def access_log(self) -> bool:
@@ -443,6 +454,32 @@ def _base64(text: str) -> bytes:
         return b""
 
 
+CHANNEL_POLICIES = ("pairing", "allowlist", "open")
+# A Matrix user ID: @localpart:server, the server a host name or an IP literal with an optional port.
+MATRIX_USER_ID = re.compile(r"@[\x21-\x39\x3b-\x7e]+:(?:[A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?")
+
+
+def _channel_policy(value: Any) -> str:
+    if value not in CHANNEL_POLICIES:
+        raise ValueError('must be "pairing", "allowlist" or "open"')
+    return value
+
+
+def homeserver_url(value: Any) -> str:
+    """A Matrix homeserver's client-server API base URL (no trailing slash); raises ValueError."""
+    url = _str(value)
+    if _webhook_host(url) is None:
+        raise ValueError("must be the http:// or https:// base URL of the homeserver's client-server API, without credentials")
+    return url.rstrip("/")
+
+
+def matrix_user_id(value: Any) -> str:
+    """A Matrix user ID; raises ValueError."""
+    if not isinstance(value, str) or not MATRIX_USER_ID.fullmatch(value):
+        raise ValueError('must be a Matrix user ID, such as "@agent:example.org"')
+    return value
+
+
 def _min_age(value: Any) -> datetime.timedelta:
     age = parse_age(value)
     if age < datetime.timedelta(minutes=1):
@@ -615,6 +652,21 @@ _KEYS = (
     _Key(("webhook_delivery", "timeout_ms"), "webhook_timeout_ms", lambda v: _int(v, maximum=300_000),
          default='`10000`',
          doc='one delivery attempt (connect, send, the answer) fails after this long'),
+    _Key(("channels", "matrix", "homeserver"), "matrix_homeserver", homeserver_url,
+         default='—',
+         doc="the Matrix homeserver's client-server API base URL (`https://matrix.example.org`); setting it "
+             "serves the Matrix channel (see [Chat channels](/operate/channels.md))"),
+    _Key(("channels", "matrix", "user_id"), "matrix_user_id", matrix_user_id,
+         default='—',
+         doc="the agent's Matrix account (`@agent:example.org`), registered beforehand"),
+    _Key(("channels", "matrix", "access_token_file"), "matrix_access_token_file", _str, is_path=True,
+         default='—',
+         doc="the file holding that account's access token (surrounding whitespace stripped); the token is "
+             "never logged nor stored in the database"),
+    _Key(("channels", "matrix", "policy"), "matrix_policy", _channel_policy,
+         default='`"pairing"`',
+         doc='what a message from a Matrix user linked to no User does: `"pairing"` (one reply with a code '
+             'for the operator to approve), `"allowlist"` (nothing) or `"open"` (a new User is admitted)'),
 )
 
 
@@ -626,7 +678,7 @@ def named(field: str) -> str:
 
 _KNOWN_TABLES = {
     "database", "public", "agent", "signing", "auth", "scheduler", "http", "runtime", "handlers", "signals", "log",
-    "ops", "retention", "transparency", "streams", "webhooks", "webhook_delivery",
+    "ops", "retention", "transparency", "streams", "webhooks", "webhook_delivery", "channels",
 }
 
 
@@ -715,7 +767,17 @@ def load(
     values["database_url"] = _resolve_sqlite(values.get("database_url", Settings.database_url), base)
     if "webhooks" in values:
         values["webhooks"] = tuple(_webhook_endpoint(table, base, environ) for table in values["webhooks"])
+    _check_matrix(values)
     return Settings(scrypt=ScryptCost(**scrypt), **values)
+
+
+def _check_matrix(values: Mapping[str, Any]) -> None:
+    """The Matrix channel is served with all three of its keys, or none."""
+    needed = {"matrix_homeserver": "homeserver", "matrix_user_id": "user_id", "matrix_access_token_file": "access_token_file"}
+    given = [key for key in needed if key in values]
+    if given and len(given) < len(needed):
+        missing = ", ".join(f"channels.matrix.{name}" for key, name in needed.items() if key not in values)
+        raise SettingsError(f"{missing}: required to serve the Matrix channel (with homeserver, user_id and access_token_file)")
 
 
 def _resolve_sqlite(url: str, base: Path) -> str:

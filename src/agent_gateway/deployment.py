@@ -11,6 +11,7 @@ from pathlib import Path
 
 from agent_gateway.agent.llm import providers
 from agent_gateway.auth import service as auth_service
+from agent_gateway import config as config_parsers
 from agent_gateway.config import ScryptCost
 from agent_gateway.signatures import keys
 from agent_gateway.store.engine import Store
@@ -19,6 +20,7 @@ from agent_gateway.users import service as users_service
 
 CONFIG_NAME = "gateway.toml"
 KEY_NAME = "signing-key.pem"
+MATRIX_TOKEN_NAME = "matrix-token"
 WORKSPACE_NAME = "workspace"
 INSTRUCTIONS_NAME = "instructions.md"
 
@@ -143,26 +145,64 @@ How you work:
 """
 
 
-def write(directory: Path, agent: LLMAgent | None = None) -> list[Path]:
+def write(directory: Path, agent: LLMAgent | None = None, matrix: MatrixAccount | None = None) -> list[Path]:
     """Create ``directory`` with a config and a fresh Ed25519 key; refuse to overwrite either.
 
     The config runs the demo echo agent, or the reference LLM agent ``agent`` with an
-    instructions file in its Workspace."""
+    instructions file in its Workspace; with ``matrix``, it serves the Matrix channel on that
+    account, whose access token goes to a file of its own (mode 0600)."""
     directory.mkdir(parents=True, exist_ok=True)
     config, key = directory / CONFIG_NAME, directory / KEY_NAME
     instructions = directory / WORKSPACE_NAME / INSTRUCTIONS_NAME
     written = [config, key] if agent is None else [config, key, instructions]
+    if matrix is not None:
+        written.append(directory / MATRIX_TOKEN_NAME)
     for path in written:
         if path.exists():
             raise FileExistsError(0, "exists", str(path))
     keys.write_private(key, keys.generate_pem("ed25519"))
     runtime = RUNTIME_TEMPLATE.replace("@PYTHON@", json.dumps(sys.executable)) if agent is None else agent.runtime()
+    if matrix is not None:
+        keys.write_private(directory / MATRIX_TOKEN_NAME, matrix.token.encode() + b"\n")
+        runtime += matrix.table()
     with open(config, "x", encoding="utf-8") as file:
         file.write(CONFIG_TEMPLATE + runtime)
     if agent is not None:
         instructions.parent.mkdir(exist_ok=True)
         instructions.write_text(INSTRUCTIONS, encoding="utf-8")
     return written
+
+
+@dataclasses.dataclass(frozen=True)
+class MatrixAccount:
+    """``init --matrix-homeserver --matrix-user``: the agent's Matrix account and its access token."""
+
+    homeserver: str
+    user_id: str
+    token: str = dataclasses.field(repr=False)
+
+    def __post_init__(self) -> None:
+        for option, parse, value in (
+            ("--matrix-homeserver", config_parsers.homeserver_url, self.homeserver),
+            ("--matrix-user", config_parsers.matrix_user_id, self.user_id),
+        ):
+            try:
+                parse(value)
+            except ValueError as exc:
+                raise ValueError(f"{option} {exc}") from None
+        if not self.token or any(c.isspace() for c in self.token):
+            raise ValueError("the Matrix access token must be one word (no spaces), and not empty")
+
+    def table(self) -> str:
+        return (
+            "\n[channels.matrix]\n"
+            "# People talk to the agent from Matrix (see the docs' Chat channels page).\n"
+            f"homeserver = {json.dumps(config_parsers.homeserver_url(self.homeserver))}\n"
+            f"user_id = {json.dumps(self.user_id)}\n"
+            f'access_token_file = "{MATRIX_TOKEN_NAME}"\n'
+            '# pairing (a stranger gets a code for you to approve), allowlist or open.\n'
+            'policy = "pairing"\n'
+        )
 
 
 @dataclasses.dataclass(frozen=True)

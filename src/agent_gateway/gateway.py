@@ -11,6 +11,7 @@ from starlette.types import ASGIApp
 from agent_gateway.auth import routes as auth_routes
 from agent_gateway.auth.schemes import Scheme
 from agent_gateway.auth.tokens import PasswordScheme
+from agent_gateway.channels.runner import Runner
 from agent_gateway.config import Settings
 from agent_gateway.decisions import routes as decisions_routes
 from agent_gateway.decisions import service as decisions_service
@@ -62,6 +63,16 @@ def webhook_urls(settings: Settings) -> dict[str, tuple[str, ...]]:
     return urls
 
 
+def channel_runners(store: Store, settings: Settings) -> list[Runner]:
+    """A runner for each chat channel the settings serve (its network module imported only then)."""
+    runners = []
+    if "matrix" in settings.channels:
+        from agent_gateway.channels import matrix
+
+        runners.append(Runner(store, matrix.Matrix(store, settings)))
+    return runners
+
+
 class Gateway:
     """What one gateway process runs; ``serving.py`` serves it, tests ``start``/``stop`` it.
 
@@ -85,6 +96,8 @@ class Gateway:
         self.store = Store(settings.database_url)
         # Every writer of an event records its deliveries for these endpoints (webhooks.outbox).
         self.store.webhook_urls = webhook_urls(settings)
+        # Every writer of an outbound Message records its channel deliveries (channels.outbox).
+        self.store.channels = settings.channels
         self.publisher = decisions_service.Publisher(self.store, self.identity)
         self.messages = messages_service.Writer(self.store)
         self.checkpoints = transparency_service.Checkpoints(
@@ -126,6 +139,9 @@ class Gateway:
             if "worker" in roles and settings.webhooks
             else None
         )
+        # Each chat channel is read (and its outbox sent) by one worker process at a time, the one
+        # leading it; the others stand by (channels.runner).
+        self.channels = channel_runners(self.store, settings) if "worker" in roles else []
         # retention.signals_max_age: the Scheduler role prunes ended Signals once an hour.
         self.pruner = (
             retention.Pruner(self.store, settings.retention_signals_max_age)
@@ -188,6 +204,10 @@ class Gateway:
         """Whether this process holds the Signal Worker; None when it has no worker role."""
         return None if "worker" not in self.roles else bool(self.worker and self.worker.active)
 
+    def channels_status(self) -> dict[str, str]:
+        """Each chat channel this process stands for: ``ok``, standing by, or why it cannot reach its server."""
+        return {runner.network.name: runner.status() for runner in self.channels}
+
     def loops_alive(self) -> dict[str, bool]:
         """Whether each loop of this process's roles runs: ``worker`` (leading or standing by),
         ``scheduler`` and ``webhooks`` (the deliverer)."""
@@ -229,6 +249,8 @@ class Gateway:
             self.pruner.start()
         if self.deliverer is not None:
             self.deliverer.start()
+        for runner in self.channels:
+            runner.start()
         if "worker" in self.roles:
             # One Signal Worker across the deployment: it works while this process leads.
             self.worker = Worker(self.store, self.handlers, self.runtime)
@@ -250,6 +272,8 @@ class Gateway:
             await self.pruner.stop()
         if self.deliverer is not None:
             await self.deliverer.stop()
+        for runner in self.channels:
+            await runner.stop()
         if self.worker is not None and self._worker_task is not None:
             self.worker.stop()
             if not self.worker.active:

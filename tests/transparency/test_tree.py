@@ -147,7 +147,7 @@ def test_migrate_from_0001_builds_the_tree_of_the_decisions_already_there(
         "migrate", config=tmp_path / "d" / "gateway.toml", env={"AGENT_GATEWAY_DATABASE_URL": url}
     )
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "upgraded from revision 0001 to 0004"
+    assert result.stdout.strip() == f"upgraded from revision 0001 to {migrate.HEAD}"
 
     async def check() -> None:
         store = Store(url)

@@ -23,7 +23,8 @@ except ImportError:  # pragma: no cover - an older Typer on the real click
 
 from agent_gateway import deployment, errors
 from agent_gateway.cli import (
-    audit, chat, common, decisions, keys, mcp, messages, retention, schedules, sign, signals, tokens, users, webhooks,
+    audit, channels, chat, common, decisions, keys, mcp, messages, retention, schedules, sign, signals, tokens, users,
+    webhooks,
 )
 from agent_gateway.cli.common import ConfigOption, fail, load_settings, masked, on_database, with_store
 from agent_gateway.ops import logs
@@ -54,6 +55,8 @@ app.add_typer(signals.runs_app, name="runs")
 app.add_typer(messages.app, name="messages")
 app.add_typer(decisions.app, name="decisions")
 app.add_typer(webhooks.app, name="webhooks")
+app.add_typer(channels.pairing_app, name="pairing")
+app.add_typer(channels.channels_app, name="channels")
 app.command("sign")(sign.sign)
 app.command("verify")(sign.verify)
 app.command("prune")(retention.prune)
@@ -103,14 +106,30 @@ def init(
             "provider's usual one, OPENAI_API_KEY for openai:); the key is never written",
         ),
     ] = None,
+    matrix_homeserver: Annotated[
+        str | None,
+        typer.Option("--matrix-homeserver", help="serve the Matrix channel: the homeserver's client-server API base URL"),
+    ] = None,
+    matrix_user: Annotated[
+        str | None, typer.Option("--matrix-user", help="with --matrix-homeserver: the agent's account, @agent:example.org")
+    ] = None,
+    matrix_token_stdin: Annotated[
+        bool,
+        typer.Option(
+            "--matrix-token-stdin",
+            help="read the account's access token from stdin instead of a hidden prompt (written to DIR/matrix-token, mode 0600)",
+        ),
+    ] = False,
 ) -> None:
     """Write a commented gateway.toml with working defaults and a fresh Ed25519 signing key.
 
     With --agent llm, the agent is the reference LLM agent on --model, with an instructions file
-    in its Workspace (DIR/workspace/instructions.md) to edit."""
+    in its Workspace (DIR/workspace/instructions.md) to edit. With --matrix-homeserver and
+    --matrix-user, people talk to it from Matrix too (see the Chat channels page)."""
     llm = _llm_agent(agent, model, base_url, api_key_env)
+    matrix = _matrix_account(matrix_homeserver, matrix_user, matrix_token_stdin)
     try:
-        written = deployment.write(directory, llm)
+        written = deployment.write(directory, llm, matrix)
     except FileExistsError as exc:
         raise fail(f"{exc.filename} exists; init never overwrites") from None
     for path in written:
@@ -147,6 +166,26 @@ def _llm_agent(
         raise fail("--agent llm needs --model PROVIDER:MODEL, such as openai:gpt-4o")
     try:
         return deployment.LLMAgent(model, base_url, api_key_env)
+    except ValueError as exc:
+        raise fail(str(exc)) from None
+
+
+def _matrix_account(homeserver: str | None, user: str | None, token_stdin: bool) -> deployment.MatrixAccount | None:
+    """The Matrix account the options name, its token read from stdin or a hidden prompt; None without them."""
+    if homeserver is None and user is None:
+        if token_stdin:
+            raise fail("--matrix-token-stdin is for --matrix-homeserver and --matrix-user")
+        return None
+    if homeserver is None or user is None:
+        raise fail("give both --matrix-homeserver and --matrix-user")
+    if token_stdin:
+        token = sys.stdin.read().strip()
+    elif sys.stdin.isatty():
+        token = typer.prompt("The Matrix account's access token", hide_input=True).strip()
+    else:
+        raise fail("stdin is not a terminal: pass --matrix-token-stdin to read the access token from it")
+    try:
+        return deployment.MatrixAccount(homeserver, user, token)
     except ValueError as exc:
         raise fail(str(exc)) from None
 

@@ -1,4 +1,4 @@
-"""``agent-gateway users``: admit Users, manage their Attributes, set their passwords."""
+"""``agent-gateway users``: admit Users, manage their Attributes, set their passwords, link chat channel identities."""
 
 from __future__ import annotations
 
@@ -8,11 +8,15 @@ from typing import Annotated
 import typer
 
 from agent_gateway.auth import service as auth_service
+from agent_gateway.channels import identities
 from agent_gateway.cli.common import ConfigOption, checked_uuid, fail, load_settings, parse_json, print_json, with_store
 from agent_gateway.store.engine import Store
 from agent_gateway.users import service
 
-app = typer.Typer(help="Admit Users, manage their Attributes, set their passwords.", no_args_is_help=True)
+app = typer.Typer(
+    help="Admit Users, manage their Attributes, set their passwords, link their chat channel identities.",
+    no_args_is_help=True,
+)
 
 UserId = Annotated[str, typer.Argument(help="the User's id (UUID)")]
 
@@ -115,3 +119,53 @@ def set_password(
 
     with_store(config_path, work)
     typer.echo(f"password set for User {checked}", err=True)
+
+
+IdentityArgument = Annotated[str, typer.Argument(help="<channel>:<address>, such as matrix:@alice:example.org")]
+
+
+@app.command("link")
+def link(id: UserId, identity: IdentityArgument, config_path: ConfigOption = None) -> None:
+    """Link a chat channel identity to a User: what that person writes there becomes the User's Messages."""
+    checked = user_id(id)
+
+    async def work(store: Store) -> None:
+        async with store.transaction() as conn:
+            await identities.link(conn, checked, identity)
+
+    with_store(config_path, work)
+    typer.echo(f"linked {identity} to User {checked}", err=True)
+
+
+@app.command("unlink")
+def unlink(id: UserId, identity: IdentityArgument, config_path: ConfigOption = None) -> None:
+    """Remove a chat channel identity from a User."""
+    checked = user_id(id)
+
+    async def work(store: Store) -> None:
+        async with store.transaction() as conn:
+            await identities.unlink(conn, checked, identity)
+
+    with_store(config_path, work)
+    typer.echo(f"unlinked {identity} from User {checked}", err=True)
+
+
+@app.command("identities")
+def identities_(
+    id: UserId,
+    json_: Annotated[bool, typer.Option("--json", help="print a JSON array")] = False,
+    config_path: ConfigOption = None,
+) -> None:
+    """Print a User's chat channel identities, oldest link first."""
+    checked = user_id(id)
+
+    async def work(store: Store) -> list:
+        async with store.read() as conn:
+            return [found.to_json() for found in await identities.of_user(conn, checked)]
+
+    found = with_store(config_path, work)
+    if json_:
+        print_json(found)
+        return
+    for entry in found:
+        typer.echo(entry["identity"])

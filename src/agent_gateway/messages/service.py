@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agent_gateway import clock, errors
+from agent_gateway.channels import outbox as channel_outbox
 from agent_gateway.ops import metrics
 from agent_gateway.signals import service as signals
 from agent_gateway.store import engine
@@ -111,6 +112,10 @@ async def append_many(conn: AsyncConnection, drafts: Sequence[Draft]) -> list[Me
         await outbox.add(
             conn, event, ((m.created_at, m.to_json()) for m in recorded if isinstance(m, Message) and m.direction == direction)
         )
+    # An outbound Message also goes to its User on a chat channel, sent from the channel outbox
+    # (nothing is even looked at where no channel is served).
+    if engine.channels(conn):
+        await channel_outbox.add_messages(conn, [m for m in recorded if isinstance(m, Message) and m.direction == OUTBOUND])
     return recorded
 
 

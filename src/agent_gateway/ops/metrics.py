@@ -72,6 +72,31 @@ webhook_delivery_latency = Histogram(
 webhook_attempt_duration = Histogram(
     f"{PREFIX}_webhook_attempt_duration_seconds", "How long one webhook delivery attempt took.", buckets=REQUEST_BUCKETS
 )
+# Chat channels (channels/): Messages in and out, pairing requests, the channel outbox.
+channel_messages = Counter(
+    f"{PREFIX}_channel_messages",
+    "Messages taken from or sent to a chat channel, by channel, direction and outcome (in: stored, "
+    "pairing, ignored; out: delivered, failed, dead, superseded).",
+    ("channel", "direction", "outcome"),
+)
+channel_pairing_requests = Counter(
+    f"{PREFIX}_channel_pairing_requests",
+    "Messages from identities linked to no User under the pairing policy, by channel and outcome "
+    "(issued: a code sent; pending: its code still pending; refused: too many pending).",
+    ("channel", "outcome"),
+)
+channel_outbox_depth = Gauge(
+    f"{PREFIX}_channel_outbox_depth",
+    "Channel deliveries not yet delivered nor dead, as the channel's sender last saw them.",
+    ("channel",),
+    multiprocess_mode="livemax",
+)
+channel_delivery_latency = Histogram(
+    f"{PREFIX}_channel_delivery_latency_seconds",
+    "From an outbound Message (or a notice) to its delivery on a chat channel, retries included.",
+    ("channel",),
+    buckets=WEBHOOK_LATENCY_BUCKETS,
+)
 # Summed over the live processes: with several HTTP processes each has its own pool.
 db_pool_in_use = Gauge(
     f"{PREFIX}_db_pool_connections_in_use",

@@ -35,9 +35,16 @@ async def healthz() -> Any:
 
 @ops.get("/readyz", summary="200 when this process can do its work; 503 naming what is not ready")
 async def readyz(request: Request) -> Any:
-    checks = await readiness.check(request.app.state.gateway)
+    gateway: GatewayView = request.app.state.gateway
+    checks = await readiness.check(gateway)
     ready = all(outcome == readiness.OK for outcome in checks.values())
-    return json_response({"status": "ready" if ready else "not ready", "checks": checks}, 200 if ready else 503)
+    body: dict[str, Any] = {"status": "ready" if ready else "not ready", "checks": checks}
+    # A chat channel that cannot reach its server is shown, and does not make this process unready:
+    # its HTTP servers and loops still work, and a restart would not bring the homeserver back.
+    channels = gateway.channels_status()
+    if channels:
+        body["channels"] = channels
+    return json_response(body, 200 if ready else 503)
 
 
 @ops.get("/metrics", summary="Prometheus text exposition")

@@ -22,6 +22,10 @@ class GatewayView(Protocol):
         """Whether each loop of this process's roles runs, by name (``worker``, ``scheduler``, ``webhooks``)."""
         ...
 
+    def channels_status(self) -> dict[str, str]:
+        """Each chat channel this process stands for, and whether it reaches its server."""
+        ...
+
     def flush_metrics(self) -> None:
         """Move this process's counts so far into the metrics."""
         ...

@@ -156,6 +156,13 @@ def webhook_urls(conn: AsyncConnection, event: str) -> tuple[str, ...]:
     return () if store is None else store.webhook_urls.get(event, ())
 
 
+def channels(conn: AsyncConnection) -> frozenset[str]:
+    """The chat channels served by the :class:`Store` whose transaction ``conn`` is in (see
+    ``channels.outbox``); none outside a Store's transaction."""
+    store = conn.info.get(_STORE)
+    return frozenset() if store is None else store.channels
+
+
 class Store:
     """The gateway's database."""
 
@@ -175,6 +182,9 @@ class Store:
         # Event name -> the URLs of the [[webhooks]] endpoints subscribed to it; the gateway
         # sets it. Every writer of an event reads it (webhook_urls): no endpoint, no outbox row.
         self.webhook_urls: Mapping[str, tuple[str, ...]] = {}
+        # The chat channels this deployment serves ([channels.*]); the gateway sets it. An outbound
+        # Message's writer reads it (channels): no channel, no channel outbox query at all.
+        self.channels: frozenset[str] = frozenset()
         # Names this Store in its NOTIFY payloads (notifications.pg_payload).
         self.origin = secrets.token_hex(8)
         self._sqlite_writer = asyncio.Lock() if self.dialect == "sqlite" else None

@@ -187,3 +187,84 @@ webhook_deliveries = sa.Table(
     sa.Index(None, "state", "next_attempt_at"),
     sqlite_autoincrement=True,
 )
+
+# --- chat channels (channels/): identities, pairing, conversations, read positions, the outbox ---
+
+channel_identities = sa.Table(
+    "channel_identities",
+    metadata,
+    # "<channel>:<address>" (matrix:@alice:example.org): one User each, a User any number.
+    sa.Column("identity", sa.Text, primary_key=True),
+    sa.Column("channel", sa.String(32), nullable=False),
+    sa.Column("user_id", Uuid, sa.ForeignKey("users.id"), nullable=False),
+    sa.Column("created_at", Instant, nullable=False),
+    sa.Index(None, "user_id"),
+)
+
+channel_pairings = sa.Table(
+    "channel_pairings",
+    metadata,
+    # Pending requests only: an approval or a denial removes the row, and so does expiry when
+    # the identity writes again or the channel's cap is counted.
+    sa.Column("code", sa.String(8), primary_key=True),
+    sa.Column("channel", sa.String(32), nullable=False),
+    sa.Column("identity", sa.Text, nullable=False, unique=True),
+    sa.Column("created_at", Instant, nullable=False),
+    sa.Column("expires_at", Instant, nullable=False),
+    sa.Index(None, "channel", "expires_at"),
+)
+
+channel_conversations = sa.Table(
+    "channel_conversations",
+    metadata,
+    # Where a User's outbound Messages go: the conversation (Matrix: the room) of their most recent
+    # inbound Message taken from a channel, which is that Message's seq; the outbound path sends
+    # there only while no later inbound Message came through the Public server. A conversation
+    # the gateway opened for a User who never wrote has no seq.
+    sa.Column("user_id", Uuid, sa.ForeignKey("users.id"), primary_key=True),
+    sa.Column("channel", sa.String(32), nullable=False),
+    sa.Column("identity", sa.Text, nullable=False),
+    sa.Column("conversation", sa.Text, nullable=False),
+    sa.Column("inbound_seq", sa.BigInteger, nullable=True),
+    sa.Column("updated_at", Instant, nullable=False),
+)
+
+channel_positions = sa.Table(
+    "channel_positions",
+    metadata,
+    # How far each channel has read (Matrix: the sync token), committed with what it stored.
+    sa.Column("channel", sa.String(32), primary_key=True),
+    sa.Column("position", sa.Text, nullable=False),
+    sa.Column("updated_at", Instant, nullable=False),
+)
+
+channel_deliveries = sa.Table(
+    "channel_deliveries",
+    metadata,
+    # The channel outbox (store.outbox): one row per text to send on a channel.
+    sa.Column("position", Serial, primary_key=True, autoincrement=True),
+    # A UUID version 7; Matrix's transaction id of the send, the same on every attempt, so the
+    # homeserver keeps one event however often it is sent.
+    sa.Column("id", Uuid, nullable=False),
+    sa.Column("channel", sa.String(32), nullable=False),
+    sa.Column("identity", sa.Text, nullable=False),
+    # NULL: a conversation is opened with the identity at the first attempt, and written here.
+    sa.Column("conversation", sa.Text, nullable=True),
+    # "message" (an outbound Message: its id, its User, its exact text) or "notice" (the
+    # channel's own words: a pairing code, "only text is read").
+    sa.Column("kind", sa.String(16), nullable=False),
+    sa.Column("user_id", Uuid, nullable=True),
+    sa.Column("message_id", Uuid, nullable=True),
+    sa.Column("text", sa.Text, nullable=False),
+    sa.Column("created_at", Instant, nullable=False),
+    sa.Column("state", sa.String(16), nullable=False),
+    sa.Column("attempts", sa.Integer, nullable=False),
+    sa.Column("next_attempt_at", Instant, nullable=False),
+    sa.Column("retry_from", Instant, nullable=False),
+    sa.Column("last_error", sa.Text, nullable=True),
+    sa.Column("delivered_at", Instant, nullable=True),
+    sa.CheckConstraint("state IN ('pending', 'failed', 'delivered', 'dead')", name="state"),
+    sa.CheckConstraint("kind IN ('message', 'notice')", name="kind"),
+    sa.Index(None, "state", "next_attempt_at"),
+    sqlite_autoincrement=True,
+)

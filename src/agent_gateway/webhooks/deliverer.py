@@ -42,6 +42,7 @@ import httpx
 from agent_gateway import clock
 from agent_gateway.config import Settings, WebhookEndpoint
 from agent_gateway.ops import metrics
+from agent_gateway.store import outbox as shared_outbox
 from agent_gateway.store import woken
 from agent_gateway.store.engine import Store
 from agent_gateway.store.queries import webhooks as queries
@@ -67,9 +68,10 @@ def next_attempt(
     attempts: int, now: datetime, retry_from: datetime, *, first_retry_s: float, retry_for: timedelta
 ) -> datetime | None:
     """When to try again after the ``attempts``-th failed attempt; None when retries are over."""
-    wait = min(first_retry_s * BACKOFF_FACTOR ** (attempts - 1), MAX_RETRY_WAIT_S)
-    following = now + timedelta(seconds=wait)
-    return None if following > retry_from + retry_for else following
+    return shared_outbox.next_attempt(
+        attempts, now, retry_from, first_retry_s=first_retry_s, retry_for=retry_for,
+        factor=BACKOFF_FACTOR, max_wait_s=MAX_RETRY_WAIT_S,
+    )
 
 
 @dataclasses.dataclass(frozen=True)

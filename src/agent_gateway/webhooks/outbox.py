@@ -17,8 +17,6 @@ webhooks``) go through here too (:func:`newest`, :func:`retry`).
 from __future__ import annotations
 
 import dataclasses
-import random
-import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -26,6 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agent_gateway import clock, errors, jsontext
 from agent_gateway.store import engine
+from agent_gateway.store import outbox as shared_outbox
 from agent_gateway.store.engine import Store
 from agent_gateway.store.queries import decisions as decision_queries
 from agent_gateway.store.queries import runs as run_queries
@@ -44,16 +43,10 @@ SCHEDULE_FIRED = "schedule.fired"
 
 
 def delivery_id() -> str:
-    """A new delivery's id: a UUID version 7 (RFC 9562, 5.7), whose first 48 bits are the
-    Unix time in milliseconds, so ids of new deliveries sort after older ones. Inserted in
-    that order, each goes at the right edge of the id's unique index instead of at a random
-    page of it: on SQLite, a third of what a row of the outbox costs with random (version 4) ids."""
-    # Unique, not secret: the random module's bits (reseeded in a forked child) cost no system call.
-    random_bits = random.getrandbits(74)
-    rand_a, rand_b = random_bits >> 62, random_bits & ((1 << 62) - 1)
-    value = (time.time_ns() // 1_000_000) << 80 | 0x7 << 76 | rand_a << 64 | 0b10 << 62 | rand_b
-    text = f"{value:032x}"
-    return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
+    """A new delivery's id: a UUID version 7 (``store.outbox.row_id``), so ids of new deliveries
+    sort after older ones: on SQLite, a third of what a row of the outbox costs with random
+    (version 4) ids."""
+    return shared_outbox.row_id()
 
 
 def subscribed(conn: AsyncConnection, event: str) -> bool:

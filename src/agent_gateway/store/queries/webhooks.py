@@ -1,11 +1,6 @@
 """Queries on the webhook outbox: one row per delivery of one event to one endpoint.
 
-A delivery is ``pending`` until its first attempt, ``failed`` while it waits
-for a retry, then ``delivered`` or ``dead``. A sender claims due deliveries
-by moving their ``next_attempt_at`` past the attempt (the lease) in a
-committed transaction, so that no other sender takes them meanwhile and a
-sender that dies leaves them due again when the lease ends. Its outcome
-is written only while it still holds that lease (the WHERE clause names it).
+Its states, claims, leases and outcomes are the shared outbox's (``store.outbox``).
 """
 
 from __future__ import annotations
@@ -18,15 +13,9 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from agent_gateway.store import direct, engine, notifications
+from agent_gateway.store import direct, engine, notifications, outbox
+from agent_gateway.store.outbox import DEAD, DELIVERED, FAILED, OPEN, PENDING, STATES  # noqa: F401 (this area's names)
 from agent_gateway.store.tables import webhook_deliveries as deliveries
-
-PENDING, FAILED, DELIVERED, DEAD = "pending", "failed", "delivered", "dead"
-STATES = (PENDING, FAILED, DELIVERED, DEAD)
-# The states a sender may claim a delivery in.
-OPEN = (PENDING, FAILED)
-# As two comparisons: an IN list is expanded per execution, which a direct.Query is not.
-_IS_OPEN = sa.or_(*(deliveries.c.state == state for state in OPEN))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -134,81 +123,37 @@ async def insert(conn: AsyncConnection, rows: Sequence[tuple[Any, ...]], *, chan
     await direct.run(conn, _POSTGRES_INSERT, channel=notifications.PG_CHANNEL, payload=None, **postgres_arrays(rows))
 
 
-def _claim(dialect: str) -> sa.Update:
-    due = (
-        sa.select(deliveries.c.position)
-        .where(_IS_OPEN, deliveries.c.next_attempt_at <= sa.bindparam("now"))
-        .order_by(deliveries.c.position)
-        .limit(sa.bindparam("limit"))
-    )
-    if dialect == "postgresql":
-        # Another sender claiming at the same moment takes other deliveries instead of waiting.
-        due = due.with_for_update(skip_locked=True)
-    return (
-        deliveries.update()
-        .where(deliveries.c.position.in_(due.scalar_subquery()), _IS_OPEN)
-        .values(attempts=deliveries.c.attempts + 1, next_attempt_at=sa.bindparam("lease"))
-        .returning(
-            deliveries.c.position, deliveries.c.id, deliveries.c.url, deliveries.c.event, deliveries.c.body,
-            deliveries.c.decision_seq, deliveries.c.created_at, deliveries.c.attempts, deliveries.c.retry_from,
-        )
-    )
-
-
-_CLAIM = {dialect: direct.Query(_claim(dialect)) for dialect in ("sqlite", "postgresql")}
+_OUTBOX = outbox.Outbox(deliveries, (
+    deliveries.c.position, deliveries.c.id, deliveries.c.url, deliveries.c.event, deliveries.c.body,
+    deliveries.c.decision_seq, deliveries.c.created_at, deliveries.c.attempts, deliveries.c.retry_from,
+))
 
 
 async def claim_due(conn: AsyncConnection, *, now: str, lease: str, limit: int) -> list[Claimed]:
     """Claim up to ``limit`` deliveries due at ``now``, oldest first, until ``lease``; each
     claim counts as an attempt."""
-    rows = await direct.run(conn, _CLAIM[conn.dialect.name], now=now, lease=lease, limit=limit)
+    rows = await _OUTBOX.claim_due(conn, now=now, lease=lease, limit=limit)
     return sorted((Claimed(*row, lease=lease) for row in rows), key=lambda claimed: claimed.position)
-
-
-_HELD = sa.and_(
-    deliveries.c.id == sa.bindparam("delivery_id"),
-    _IS_OPEN,
-    deliveries.c.attempts == sa.bindparam("held_attempts"),
-    deliveries.c.next_attempt_at == sa.bindparam("held_lease"),
-)
-_DELIVERED = direct.Query(
-    deliveries.update()
-    .where(_HELD)
-    .values(state=DELIVERED, delivered_at=sa.bindparam("at"), last_error=None)
-    .returning(deliveries.c.id)
-)
-_FAILED = direct.Query(
-    deliveries.update()
-    .where(_HELD)
-    .values(state=sa.bindparam("new_state"), next_attempt_at=sa.bindparam("next_at"), last_error=sa.bindparam("error"))
-    .returning(deliveries.c.id)
-)
 
 
 async def delivered(conn: AsyncConnection, claimed: Claimed, *, at: str) -> bool:
     """Record a claimed delivery's success; False when its lease was lost (nothing written)."""
-    return bool(await direct.run(conn, _DELIVERED, at=at, **_held(claimed)))
+    return await _OUTBOX.delivered(conn, _held(claimed), at=at)
 
 
 async def failed(conn: AsyncConnection, claimed: Claimed, *, error: str, next_at: str | None) -> bool:
     """Record a claimed delivery's failed attempt: retried at ``next_at``, or dead without one;
     False when its lease was lost (nothing written)."""
-    state, next_at = (FAILED, next_at) if next_at is not None else (DEAD, claimed.lease)
-    return bool(
-        await direct.run(conn, _FAILED, new_state=state, next_at=next_at, error=error, **_held(claimed))
-    )
+    return await _OUTBOX.failed(conn, _held(claimed), error=error, next_at=next_at)
 
 
-def _held(claimed: Claimed) -> dict[str, Any]:
-    return {"delivery_id": claimed.id, "held_attempts": claimed.attempts, "held_lease": claimed.lease}
-
-
-_NEXT_DUE = sa.select(sa.func.min(deliveries.c.next_attempt_at)).where(_IS_OPEN)
+def _held(claimed: Claimed) -> outbox.Held:
+    return outbox.Held(claimed.id, claimed.attempts, claimed.lease)
 
 
 async def next_due(conn: AsyncConnection) -> str | None:
     """When the earliest open delivery is due (a lease's end for one being sent); None when none is open."""
-    return (await conn.execute(_NEXT_DUE)).scalar()
+    return await _OUTBOX.next_due(conn)
 
 
 _LISTED = (

@@ -1,0 +1,274 @@
+"""Chat channels (issue 36 §4): a Message's round trip through Matrix against the Public server's,
+inbound throughput from one busy room, outbound delivery rate, and the outbox row's cost.
+
+    python -m bench.channels                           # every scenario, SQLite
+    python -m bench.channels --backend postgresql --samples 100
+
+Everything runs in this process but the homeserver: a real Synapse from PyPI (tests/servers.py,
+SQLite, loopback), one in-process gateway whose runtime is the echo agent's answer posted in
+process (tests/channels/conftest.EchoRuntime), and a person's matrix-nio client.
+
+Scenarios:
+  roundtrip  one Message at a time, ``--samples`` times: through the Public server (POST
+             /messages on the in-process ASGI app, the answer seen by the User's Message
+             channel's wake-up, as a stream sees it) and through Matrix (the person's
+             ``room_send``, the answer seen by their long-polling sync). p50/p99 of each; the
+             difference is the channel's added cost (target <= 50 ms p50).
+  inbound    the person writes ``--burst`` messages as fast as the homeserver takes them, in one
+             room: messages stored per second, from the first send to the last one stored.
+  outbound   ``--burst`` outbound Messages written at once: deliveries per second, from the
+             first write to the last one delivered.
+  cost       ``--burst`` outbound Messages written one transaction each, for a User with a
+             Matrix conversation, with the channel served (an outbox row each) and without:
+             the first's rate as a share of the second's (target >= 90 %).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import statistics
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import httpx
+import nio
+import sqlalchemy as sa
+
+from agent_gateway import config
+from agent_gateway.gateway import Gateway
+from agent_gateway.messages import service as messages
+from agent_gateway.store import migrate
+from agent_gateway.store.queries import channels as channel_queries
+from agent_gateway.store.tables import messages as message_rows
+from agent_gateway.auth import service as auth_service
+from agent_gateway.signatures import keys
+from bench import harness
+from tests import servers
+from tests.channels.conftest import HANDLERS, EchoRuntime, Person
+
+CEILING_S = 300.0
+
+
+async def until(check: Callable[[], Awaitable[bool]], what: str) -> None:
+    deadline = time.monotonic() + CEILING_S
+    while not await check():
+        if time.monotonic() > deadline:
+            raise TimeoutError(what)
+        await asyncio.sleep(0.005)
+
+
+def percentile(samples: list[float], p: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
+
+
+def line(label: str, samples: list[float]) -> str:
+    return f"{label:<28} p50 {percentile(samples, 50) * 1000:7.1f} ms   p99 {percentile(samples, 99) * 1000:7.1f} ms   (n={len(samples)})"
+
+
+@dataclasses.dataclass
+class Bench:
+    homeserver: servers.Homeserver
+    folder: Path
+    database_url: str
+
+    async def gateway(self, **changes: object) -> Gateway:
+        key = self.folder / "signing-key.pem"
+        if not key.exists():
+            keys.write_private(key, keys.generate_pem("ed25519"))
+        agent, token = self.homeserver.register()
+        token_file = self.folder / f"token-{agent[1:8]}"
+        token_file.write_text(token)
+        settings = config.Settings(
+            token_ttl_ms=3_600_000, database_url=self.database_url, signing_key_file=key,
+            scrypt=config.ScryptCost(log_n=4), handlers=HANDLERS, ops_listen=None,
+            matrix_homeserver=self.homeserver.url, matrix_user_id=agent, matrix_access_token_file=token_file,
+            matrix_policy="open",
+        )
+        gateway = Gateway(dataclasses.replace(settings, **changes))  # type: ignore[arg-type]
+        runtime = EchoRuntime()
+        runtime.gateway = gateway
+        gateway.runtime = runtime
+        await gateway.start()
+        return gateway
+
+
+async def stored(gateway: Gateway, user_id: str, direction: str) -> int:
+    async with gateway.store.read() as conn:
+        query = sa.select(sa.func.count()).where(message_rows.c.user_id == user_id, message_rows.c.direction == direction)
+        return int((await conn.execute(query)).scalar() or 0)
+
+
+async def roundtrip(bench: Bench, samples: int) -> None:
+    gateway = await bench.gateway()
+    person = Person(bench.homeserver)
+    agent = gateway.settings.matrix_user_id or ""
+    try:
+        room = await person.direct_room(agent)
+
+        async def agent_joined() -> bool:
+            return agent in await person.members(room)
+
+        await until(agent_joined, "the agent joining")
+        first = await person.client.sync(timeout=0)
+        assert isinstance(first, nio.SyncResponse)
+        since = first.next_batch
+        matrix_times: list[float] = []
+        for n in range(samples + 1):
+            started = time.perf_counter()
+            await person.say(room, f"m{n}")
+            while True:
+                answer = await person.client.sync(timeout=30_000, since=since)
+                assert isinstance(answer, nio.SyncResponse)
+                since = answer.next_batch
+                joined = answer.rooms.join.get(room)
+                if joined and any(e.sender == agent and getattr(e, "body", "") == f"echo: m{n}" for e in joined.timeline.events):
+                    break
+            if n:  # the first one joins the room and admits the User
+                matrix_times.append(time.perf_counter() - started)
+        async with gateway.store.transaction() as conn:
+            from agent_gateway.users import service as users
+
+            user_id = (await users.admit(conn)).id
+            issued = await auth_service.issue_token(conn, user_id, ttl_ms=3_600_000)
+        headers = {"Authorization": f"Bearer {issued.token}"}
+        public_times: list[float] = []
+        wake = gateway.store.subscribe(messages.channel(user_id))
+        transport = httpx.ASGITransport(app=gateway.public_asgi)
+        async with httpx.AsyncClient(transport=transport, base_url="http://public") as client:
+            for n in range(samples):
+                started = time.perf_counter()
+                sent = await client.post("/messages", json={"text": f"p{n}"}, headers=headers)
+                assert sent.status_code == 201, sent.text
+                while await stored(gateway, user_id, "outbound") < n + 1:
+                    await wake.wait(1.0)
+                public_times.append(time.perf_counter() - started)
+        print(line("round trip, Public server", public_times))
+        print(line("round trip, Matrix", matrix_times))
+        added = statistics.median(matrix_times) - statistics.median(public_times)
+        print(f"{'added by the channel (p50)':<28} {added * 1000:7.1f} ms   (target <= 50 ms)")
+    finally:
+        await person.close()
+        await gateway.stop()
+
+
+async def inbound_and_outbound(bench: Bench, burst: int) -> None:
+    gateway = await bench.gateway()
+    person = Person(bench.homeserver)
+    agent = gateway.settings.matrix_user_id or ""
+    try:
+        room = await person.direct_room(agent)
+
+        async def agent_joined() -> bool:
+            return agent in await person.members(room)
+
+        await until(agent_joined, "the agent joining")  # what is written before it joins is never read
+        await person.say(room, "hello")
+        user_id = ""
+
+        async def admitted() -> bool:
+            nonlocal user_id
+            async with gateway.store.read() as conn:
+                found = await channel_queries.identity(conn, f"matrix:{person.user_id}")
+            user_id = found.user_id if found else ""
+            return bool(found)
+
+        await until(admitted, "the person admitted")
+        await until(lambda: _at_least(stored(gateway, user_id, "outbound"), 1), "the first answer")
+        gateway.runtime = _Silent()  # inbound alone: no answers competing
+        started = time.perf_counter()
+        for n in range(burst):
+            await person.say(room, f"b{n}")
+        await until(lambda: _at_least(stored(gateway, user_id, "inbound"), burst + 1), "the burst stored")
+        took = time.perf_counter() - started
+        print(f"{'inbound, one busy room':<28} {burst / took:7.1f} Messages stored/s   ({burst} in {took:.2f} s)")
+
+        started = time.perf_counter()
+        async with gateway.store.transaction() as conn:
+            await messages.append_many(conn, [messages.Draft(user_id, messages.OUTBOUND, f"o{n}") for n in range(burst)])
+
+        async def all_sent() -> bool:
+            async with gateway.store.read() as conn:
+                return await channel_queries.depth(conn, channel="matrix") == 0
+
+        await until(all_sent, "the outbound burst delivered")
+        took = time.perf_counter() - started
+        print(f"{'outbound delivery':<28} {burst / took:7.1f} deliveries/s   ({burst} in {took:.2f} s)")
+    finally:
+        await person.close()
+        await gateway.stop()
+
+
+class _Silent:
+    async def run(self, run: object) -> None:
+        return None
+
+
+async def _at_least(count: Awaitable[int], n: int) -> bool:
+    return await count >= n
+
+
+async def cost(bench: Bench, burst: int) -> None:
+    from agent_gateway.channels import identities
+    from agent_gateway.store.engine import Store
+    from agent_gateway.users import service as users
+
+    store = Store(bench.database_url)
+    try:
+        async with store.transaction() as conn:
+            user_id = (await users.admit(conn)).id
+            await identities.link(conn, user_id, "matrix:@someone:localhost")
+            received = await messages.receive(conn, user_id, "hi")
+            await channel_queries.set_conversation(conn, channel_queries.Conversation(
+                user_id, "matrix", "matrix:@someone:localhost", "!nowhere:localhost", received.seq, received.created_at
+            ))
+    finally:
+        await store.close()
+    # Rows written, none sent (no gateway runs the channel): the cost of the outbox row itself,
+    # in alternating rounds, each configuration's best.
+    rates: dict[bool, list[float]] = {True: [], False: []}
+    for served in (frozenset({"matrix"}), frozenset(), frozenset({"matrix"}), frozenset()):
+        store = Store(bench.database_url)
+        store.channels = served
+        try:
+            writer = messages.Writer(store)
+            started = time.perf_counter()
+            for start in range(0, burst, 16):  # 16 writers at a time, as wrk -c16 would
+                await asyncio.gather(*(writer.send(user_id, f"c{n}") for n in range(start, min(burst, start + 16))))
+            rates[bool(served)].append(burst / (time.perf_counter() - started))
+        finally:
+            await store.close()
+    with_channel, without = max(rates[True]), max(rates[False])
+    print(f"{'outbound writes, no channel':<28} {without:9.0f} Messages/s")
+    print(f"{'outbound writes, with row':<28} {with_channel:9.0f} Messages/s   ({with_channel / without:.0%} of it; target >= 90 %)")
+
+
+async def run(bench: Bench, scenario: str, samples: int, burst: int) -> None:
+    await migrate.upgrade_url(bench.database_url)
+    if scenario in ("roundtrip", "all"):
+        await roundtrip(bench, samples)
+    if scenario in ("inbound", "all"):
+        await inbound_and_outbound(bench, burst)
+    if scenario in ("cost", "all"):
+        await cost(bench, burst * 5)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--backend", choices=("sqlite", "postgresql"), default="sqlite")
+    parser.add_argument("--scenario", choices=("roundtrip", "inbound", "cost", "all"), default="all")
+    parser.add_argument("--samples", type=int, default=50)
+    parser.add_argument("--burst", type=int, default=200)
+    options = parser.parse_args()
+    with tempfile.TemporaryDirectory() as temporary:
+        folder = Path(temporary)
+        with servers.synapse(folder / "synapse") as homeserver, harness.database(options.backend, folder) as url:
+            asyncio.run(run(Bench(homeserver, folder, url), options.scenario, options.samples, options.burst))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,95 @@
+"""Channel identities: ``<channel>:<address>`` (``matrix:@alice:example.org``), each linked to one User.
+
+A User may have any number of identities; an identity belongs to at most one
+User. They live in their own table: the spec's User record is unchanged and
+no spec route shows them. Linking is the operator's (``agent-gateway users
+link``, or ``pairing approve``), or the ``open`` policy's on a first message.
+"""
+
+from __future__ import annotations
+
+import re
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from agent_gateway import clock, config, errors
+from agent_gateway.store.queries import channels as queries
+from agent_gateway.store.queries import users as user_queries
+from agent_gateway.store.queries.channels import Identity
+from agent_gateway.users.service import UserNotFound
+
+__all__ = ["CHANNELS", "Identity", "IdentityLinked", "InvalidIdentity", "NotLinked", "link", "of_user", "parse", "unlink"]
+
+# What an address is on each network with a module here (Matrix: a user ID).
+_ADDRESSES: dict[str, re.Pattern[str]] = {"matrix": config.MATRIX_USER_ID}
+CHANNELS = tuple(_ADDRESSES)
+
+
+class InvalidIdentity(errors.InvalidInput):
+    """An identity is <channel>:<address>, such as matrix:@alice:example.org."""
+
+
+class IdentityLinked(errors.GatewayError):
+    """The identity is already linked to a User."""
+
+
+class NotLinked(errors.NotFound):
+    """The identity is not linked to that User."""
+
+
+def parse(identity: str) -> tuple[str, str]:
+    """``identity`` as ``(channel, address)``; raises :class:`InvalidIdentity` naming what is wrong."""
+    channel, colon, address = identity.partition(":")
+    if not colon or channel not in _ADDRESSES:
+        raise InvalidIdentity(
+            f"{identity!r} is not an identity: write <channel>:<address> with a channel of {', '.join(CHANNELS)} "
+            "(such as matrix:@alice:example.org)"
+        )
+    if not _ADDRESSES[channel].fullmatch(address):
+        raise InvalidIdentity(f"{identity!r} is not an identity: {address!r} is not a {channel} address")
+    return channel, address
+
+
+def name(channel: str, address: str) -> str:
+    """The identity of ``address`` on ``channel``."""
+    return f"{channel}:{address}"
+
+
+async def link(conn: AsyncConnection, user_id: str, identity: str) -> Identity:
+    """Link ``identity`` to the User ``user_id``, in the caller's transaction.
+
+    Raises :class:`InvalidIdentity`, :class:`UserNotFound`, or :class:`IdentityLinked`
+    (to this User or another: nothing is changed).
+    """
+    channel, _ = parse(identity)
+    if await user_queries.get(conn, id=user_id) is None:
+        raise UserNotFound(f"no User has the id {user_id}")
+    try:
+        return await queries.link(conn, identity=identity, channel=channel, user_id=user_id, created_at=clock.now_iso())
+    except queries.IdentityTaken:
+        holder = await queries.identity(conn, identity)
+        whose = "this User" if holder is not None and holder.user_id == user_id else "another User"
+        raise IdentityLinked(f"{identity} is already linked to {whose}") from None
+
+
+async def unlink(conn: AsyncConnection, user_id: str, identity: str) -> None:
+    """Remove the link of ``identity`` to ``user_id``. Raises :class:`InvalidIdentity`,
+    :class:`UserNotFound` or :class:`NotLinked` (nothing is changed)."""
+    parse(identity)
+    if await user_queries.get(conn, id=user_id) is None:
+        raise UserNotFound(f"no User has the id {user_id}")
+    if not await queries.unlink(conn, identity=identity, user_id=user_id):
+        raise NotLinked(f"{identity} is not linked to User {user_id}")
+
+
+async def of_user(conn: AsyncConnection, user_id: str) -> list[Identity]:
+    """The identities of ``user_id``, oldest link first; raises :class:`UserNotFound`."""
+    if await user_queries.get(conn, id=user_id) is None:
+        raise UserNotFound(f"no User has the id {user_id}")
+    return await queries.identities_of(conn, user_id)
+
+
+async def user_of(conn: AsyncConnection, identity: str) -> str | None:
+    """The User ``identity`` is linked to, if any."""
+    found = await queries.identity(conn, identity)
+    return None if found is None else found.user_id

@@ -1,0 +1,154 @@
+"""The durable outbox, shared by every table of rows to send: webhook deliveries, channel deliveries.
+
+A row is written in the transaction of what it reports (so a committed event
+is always sent and a rolled-back one never is). It is ``pending`` until its
+first attempt, ``failed`` while it waits for a retry, then ``delivered`` or
+``dead``. A sender claims due rows by moving their ``next_attempt_at`` past
+the attempt (the lease) in a committed transaction, so that no other sender
+takes them meanwhile (``FOR UPDATE SKIP LOCKED`` on PostgreSQL) and a sender
+that dies leaves them due again when the lease ends. An outcome is written
+only while its sender still holds that lease (the WHERE clause names it), so
+two processes never both record one attempt.
+
+An outbox table has the columns ``position`` (insertion order), ``id``,
+``state``, ``attempts``, ``next_attempt_at``, ``retry_from``, ``last_error``
+and ``delivered_at``, and an index on ``(state, next_attempt_at)``; each
+area's queries (``store.queries.webhooks``, ``store.queries.channels``) build
+an :class:`Outbox` on theirs and say what a claim returns.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import time
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from agent_gateway.store import direct
+
+PENDING, FAILED, DELIVERED, DEAD = "pending", "failed", "delivered", "dead"
+STATES = (PENDING, FAILED, DELIVERED, DEAD)
+# The states a sender may claim a row in.
+OPEN = (PENDING, FAILED)
+
+
+def row_id() -> str:
+    """A new row's id: a UUID version 7 (RFC 9562, 5.7), whose first 48 bits are the Unix time
+    in milliseconds, so ids of new rows sort after older ones. Inserted in that order, each goes
+    at the right edge of an index on the id instead of at a random page of it."""
+    # Unique, not secret: the random module's bits (reseeded in a forked child) cost no system call.
+    random_bits = random.getrandbits(74)
+    rand_a, rand_b = random_bits >> 62, random_bits & ((1 << 62) - 1)
+    value = (time.time_ns() // 1_000_000) << 80 | 0x7 << 76 | rand_a << 64 | 0b10 << 62 | rand_b
+    text = f"{value:032x}"
+    return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
+
+
+def next_attempt(
+    attempts: int,
+    now: datetime,
+    retry_from: datetime,
+    *,
+    first_retry_s: float,
+    retry_for: timedelta,
+    factor: float,
+    max_wait_s: float,
+) -> datetime | None:
+    """When to try again after the ``attempts``-th failed attempt: ``first_retry_s × factor^(n-1)``
+    later, at most ``max_wait_s``; None when that would be past ``retry_from + retry_for`` (dead)."""
+    wait = min(first_retry_s * factor ** (attempts - 1), max_wait_s)
+    following = now + timedelta(seconds=wait)
+    return None if following > retry_from + retry_for else following
+
+
+@dataclasses.dataclass(frozen=True)
+class Held:
+    """What names one claimed attempt: the row, its attempt count and its lease at the claim."""
+
+    id: str
+    attempts: int
+    lease: str
+
+
+class Outbox:
+    """The claim, outcome and due-time statements of one outbox ``table``; a claim returns
+    ``claimed`` columns (``position`` first, ``attempts`` among them). With a ``partition``
+    column, claims and due times are of one value of it (``partition=`` at each call)."""
+
+    def __init__(
+        self, table: sa.Table, claimed: Sequence[sa.Column[Any]], *, partition: sa.Column[Any] | None = None
+    ) -> None:
+        self.table = table
+        c = table.c
+        # As two comparisons: an IN list is expanded per execution, which a direct.Query is not.
+        self.is_open = sa.or_(*(c.state == state for state in OPEN))
+        # Several senders of different kinds share a table (each chat channel sends only its own
+        # rows): their claims and due times name their partition.
+        self._mine = () if partition is None else (partition == sa.bindparam("partition"),)
+        self._claim = {dialect: direct.Query(self._claim_statement(dialect, claimed)) for dialect in ("sqlite", "postgresql")}
+        held = sa.and_(
+            c.id == sa.bindparam("row_id"),
+            self.is_open,
+            c.attempts == sa.bindparam("held_attempts"),
+            c.next_attempt_at == sa.bindparam("held_lease"),
+        )
+        self._delivered = direct.Query(
+            table.update().where(held).values(state=DELIVERED, delivered_at=sa.bindparam("at"), last_error=None)
+            .returning(c.id)
+        )
+        self._failed = direct.Query(
+            table.update().where(held)
+            .values(state=sa.bindparam("new_state"), next_attempt_at=sa.bindparam("next_at"), last_error=sa.bindparam("error"))
+            .returning(c.id)
+        )
+        self._next_due = sa.select(sa.func.min(c.next_attempt_at)).where(self.is_open, *self._mine)
+
+    def _claim_statement(self, dialect: str, claimed: Sequence[sa.Column[Any]]) -> sa.Update:
+        c = self.table.c
+        due = (
+            sa.select(c.position)
+            .where(self.is_open, *self._mine, c.next_attempt_at <= sa.bindparam("now"))
+            .order_by(c.position)
+            .limit(sa.bindparam("limit"))
+        )
+        if dialect == "postgresql":
+            # Another sender claiming at the same moment takes other rows instead of waiting.
+            due = due.with_for_update(skip_locked=True)
+        return (
+            self.table.update()
+            .where(c.position.in_(due.scalar_subquery()), self.is_open)
+            .values(attempts=c.attempts + 1, next_attempt_at=sa.bindparam("lease"))
+            .returning(*claimed)
+        )
+
+    async def claim_due(
+        self, conn: AsyncConnection, *, now: str, lease: str, limit: int, partition: Any = None
+    ) -> Sequence[Sequence[Any]]:
+        """Claim up to ``limit`` rows due at ``now``, until ``lease``; each claim counts as an attempt.
+        Rows in no particular order: the caller sorts by position."""
+        extra = {} if partition is None else {"partition": partition}
+        return await direct.run(conn, self._claim[conn.dialect.name], now=now, lease=lease, limit=limit, **extra)
+
+    async def delivered(self, conn: AsyncConnection, held: Held, *, at: str) -> bool:
+        """Record a claimed row's success; False when its lease was lost (nothing written)."""
+        return bool(await direct.run(conn, self._delivered, at=at, **_params(held)))
+
+    async def failed(self, conn: AsyncConnection, held: Held, *, error: str, next_at: str | None) -> bool:
+        """Record a claimed row's failed attempt: retried at ``next_at``, or dead without one;
+        False when its lease was lost (nothing written)."""
+        state, next_at = (FAILED, next_at) if next_at is not None else (DEAD, held.lease)
+        return bool(await direct.run(conn, self._failed, new_state=state, next_at=next_at, error=error, **_params(held)))
+
+    async def next_due(self, conn: AsyncConnection, *, partition: Any = None) -> str | None:
+        """When the earliest open row is due (a lease's end for one being sent); None when none is open."""
+        extra = {} if partition is None else {"partition": partition}
+        return (await conn.execute(self._next_due, extra)).scalar()
+
+
+def _params(held: Held) -> dict[str, Any]:
+    return {"row_id": held.id, "held_attempts": held.attempts, "held_lease": held.lease}

@@ -1,0 +1,319 @@
+"""Queries of the chat channels: identities, pairing requests, conversations, read positions, the outbox.
+
+The outbox's claims, leases and outcomes are the shared outbox's (``store.outbox``),
+each channel claiming only its own rows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from agent_gateway.store import outbox
+from agent_gateway.store.outbox import DEAD, DELIVERED, FAILED, OPEN, PENDING, STATES  # noqa: F401 (this area's names)
+from agent_gateway.store.tables import (
+    channel_conversations as conversations,
+    channel_deliveries as deliveries,
+    channel_identities as identities,
+    channel_pairings as pairings,
+    channel_positions as positions,
+    messages,
+)
+
+MESSAGE, NOTICE = "message", "notice"
+
+
+class IdentityTaken(Exception):
+    """The identity is already linked (to this User or another)."""
+
+
+# --- identities ---------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Identity:
+    identity: str
+    channel: str
+    user_id: str
+    created_at: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"identity": self.identity, "channel": self.channel, "user": self.user_id, "createdAt": self.created_at}
+
+
+async def link(conn: AsyncConnection, *, identity: str, channel: str, user_id: str, created_at: str) -> Identity:
+    """Link ``identity`` to ``user_id``; raises :class:`IdentityTaken` when it is linked already
+    (decided by the primary key, so two linkers at once cannot both win)."""
+    values = {"identity": identity, "channel": channel, "user_id": user_id, "created_at": created_at}
+    insert = (postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert)(identities).values(**values)
+    written = await conn.execute(insert.on_conflict_do_nothing(index_elements=["identity"]).returning(identities.c.identity))
+    if written.first() is None:
+        raise IdentityTaken()
+    return Identity(identity, channel, user_id, created_at)
+
+
+async def unlink(conn: AsyncConnection, *, identity: str, user_id: str) -> bool:
+    """Remove the link of ``identity`` to ``user_id``; False when there is none."""
+    result = await conn.execute(
+        identities.delete().where(identities.c.identity == identity, identities.c.user_id == user_id)
+    )
+    return result.rowcount > 0
+
+
+async def identity(conn: AsyncConnection, identity: str) -> Identity | None:
+    row = (await conn.execute(sa.select(identities).where(identities.c.identity == identity))).first()
+    return None if row is None else Identity(*row)
+
+
+async def identities_of(conn: AsyncConnection, user_id: str) -> list[Identity]:
+    """A User's identities, oldest link first."""
+    query = (
+        sa.select(identities).where(identities.c.user_id == user_id)
+        .order_by(identities.c.created_at, identities.c.identity)
+    )
+    return [Identity(*row) for row in await conn.execute(query)]
+
+
+# --- pairing requests ---------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Pairing:
+    code: str
+    channel: str
+    identity: str
+    created_at: str
+    expires_at: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "code": self.code, "channel": self.channel, "identity": self.identity,
+            "createdAt": self.created_at, "expiresAt": self.expires_at,
+        }
+
+
+async def pairing_of(conn: AsyncConnection, identity: str) -> Pairing | None:
+    """The request of ``identity``, expired or not."""
+    row = (await conn.execute(sa.select(pairings).where(pairings.c.identity == identity))).first()
+    return None if row is None else Pairing(*row)
+
+
+async def pairing(conn: AsyncConnection, code: str) -> Pairing | None:
+    row = (await conn.execute(sa.select(pairings).where(pairings.c.code == code))).first()
+    return None if row is None else Pairing(*row)
+
+
+async def remove_expired(conn: AsyncConnection, *, channel: str, now: str) -> None:
+    await conn.execute(pairings.delete().where(pairings.c.channel == channel, pairings.c.expires_at <= now))
+
+
+async def count_pending(conn: AsyncConnection, *, channel: str, now: str) -> int:
+    query = sa.select(sa.func.count()).where(pairings.c.channel == channel, pairings.c.expires_at > now)
+    return int((await conn.execute(query)).scalar() or 0)
+
+
+async def add_pairing(conn: AsyncConnection, request: Pairing) -> None:
+    await conn.execute(pairings.insert().values(dataclasses.asdict(request)))
+
+
+async def remove_pairing(conn: AsyncConnection, code: str) -> bool:
+    return (await conn.execute(pairings.delete().where(pairings.c.code == code))).rowcount > 0
+
+
+async def pending(conn: AsyncConnection, *, now: str) -> list[Pairing]:
+    """The requests not expired at ``now``, oldest first."""
+    query = sa.select(pairings).where(pairings.c.expires_at > now).order_by(pairings.c.created_at, pairings.c.code)
+    return [Pairing(*row) for row in await conn.execute(query)]
+
+
+# --- conversations and read positions ---------------------------------------------------------
+
+
+def _upsert(conn: AsyncConnection, table: sa.Table, values: Mapping[str, Any], key: str) -> sa.Executable:
+    insert = (postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert)(table).values(**values)
+    return insert.on_conflict_do_update(
+        index_elements=[key], set_={name: value for name, value in values.items() if name != key}
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class Conversation:
+    user_id: str
+    channel: str
+    identity: str
+    conversation: str
+    inbound_seq: int | None
+    updated_at: str
+
+
+async def set_conversation(conn: AsyncConnection, conversation: Conversation) -> None:
+    await conn.execute(_upsert(conn, conversations, dataclasses.asdict(conversation), "user_id"))
+
+
+@dataclasses.dataclass(frozen=True)
+class Route:
+    """What decides where a User's outbound Messages go: their conversation on a channel, their
+    most recent inbound Message's seq, and their identities."""
+
+    conversation: Conversation | None
+    last_inbound_seq: int | None
+    identities: tuple[str, ...]
+
+
+_LAST_INBOUND = (
+    sa.select(sa.func.max(messages.c.seq))
+    .where(messages.c.user_id == identities.c.user_id, messages.c.direction == "inbound")
+    .scalar_subquery()
+)
+# One statement (one round trip) on an outbound Message's path: each identity of the Users,
+# with the User's conversation and most recent inbound seq beside it.
+_ROUTES = (
+    sa.select(identities.c.user_id, identities.c.identity, *conversations.c, _LAST_INBOUND)
+    .select_from(identities.outerjoin(conversations, conversations.c.user_id == identities.c.user_id))
+)
+
+
+async def routes(conn: AsyncConnection, user_ids: Sequence[str]) -> dict[str, Route]:
+    """The :class:`Route` of each User of ``user_ids`` that has an identity (others have none)."""
+    linked: dict[str, list[str]] = {}
+    held: dict[str, Conversation | None] = {}
+    last: dict[str, int | None] = {}
+    for row in await conn.execute(_ROUTES.where(identities.c.user_id.in_(list(user_ids)))):
+        user_id, name, *conversation, last_seq = row
+        linked.setdefault(user_id, []).append(name)
+        held[user_id] = None if conversation[0] is None else Conversation(*conversation)
+        last[user_id] = last_seq
+    return {user_id: Route(held[user_id], last[user_id], tuple(sorted(names))) for user_id, names in linked.items()}
+
+
+async def read_position(conn: AsyncConnection, channel: str) -> str | None:
+    return (await conn.execute(sa.select(positions.c.position).where(positions.c.channel == channel))).scalar()
+
+
+async def set_read_position(conn: AsyncConnection, *, channel: str, position: str, now: str) -> None:
+    await conn.execute(_upsert(conn, positions, {"channel": channel, "position": position, "updated_at": now}, "channel"))
+
+
+# --- the outbox ---------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Claimed:
+    """A delivery a channel's sender holds until ``lease``."""
+
+    position: int
+    id: str
+    channel: str
+    identity: str
+    conversation: str | None
+    kind: str
+    user_id: str | None
+    message_id: str | None
+    text: str
+    created_at: str
+    attempts: int
+    retry_from: str
+    lease: str
+
+    @property
+    def held(self) -> outbox.Held:
+        return outbox.Held(self.id, self.attempts, self.lease)
+
+
+@dataclasses.dataclass(frozen=True)
+class Delivery:
+    """What the operator reads of a delivery (``agent-gateway channels deliveries``): never its text."""
+
+    id: str
+    channel: str
+    identity: str
+    kind: str
+    message_id: str | None
+    state: str
+    attempts: int
+    created_at: str
+    next_attempt_at: str
+    last_error: str | None
+    delivered_at: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id, "channel": self.channel, "identity": self.identity, "kind": self.kind,
+            "message": self.message_id, "state": self.state, "attempts": self.attempts,
+            "createdAt": self.created_at,
+            "nextAttemptAt": self.next_attempt_at if self.state in OPEN else None,
+            "lastError": self.last_error, "deliveredAt": self.delivered_at,
+        }
+
+
+# The columns a new delivery is written with, in the order insert() takes them.
+COLUMNS = (
+    "id", "channel", "identity", "conversation", "kind", "user_id", "message_id", "text",
+    "created_at", "next_attempt_at", "retry_from",
+)
+_OUTBOX = outbox.Outbox(
+    deliveries,
+    (
+        deliveries.c.position, deliveries.c.id, deliveries.c.channel, deliveries.c.identity,
+        deliveries.c.conversation, deliveries.c.kind, deliveries.c.user_id, deliveries.c.message_id,
+        deliveries.c.text, deliveries.c.created_at, deliveries.c.attempts, deliveries.c.retry_from,
+    ),
+    partition=deliveries.c.channel,
+)
+
+
+async def insert(conn: AsyncConnection, rows: Sequence[tuple[Any, ...]]) -> None:
+    """Record pending deliveries, each a tuple of the :data:`COLUMNS`, in the caller's transaction."""
+    if rows:
+        await conn.execute(
+            deliveries.insert(), [dict(zip(COLUMNS, row, strict=True), state=PENDING, attempts=0) for row in rows]
+        )
+
+
+async def claim_due(conn: AsyncConnection, *, channel: str, now: str, lease: str, limit: int) -> list[Claimed]:
+    """Claim up to ``limit`` of ``channel``'s deliveries due at ``now``, oldest first, until ``lease``."""
+    rows = await _OUTBOX.claim_due(conn, now=now, lease=lease, limit=limit, partition=channel)
+    return sorted((Claimed(*row, lease=lease) for row in rows), key=lambda claimed: claimed.position)
+
+
+async def delivered(conn: AsyncConnection, claimed: Claimed, *, at: str) -> bool:
+    return await _OUTBOX.delivered(conn, claimed.held, at=at)
+
+
+async def failed(conn: AsyncConnection, claimed: Claimed, *, error: str, next_at: str | None) -> bool:
+    return await _OUTBOX.failed(conn, claimed.held, error=error, next_at=next_at)
+
+
+async def next_due(conn: AsyncConnection, *, channel: str) -> str | None:
+    return await _OUTBOX.next_due(conn, partition=channel)
+
+
+async def set_delivery_conversation(conn: AsyncConnection, *, id: str, conversation: str) -> None:
+    """Write the conversation opened for a delivery that had none (so a retry uses it)."""
+    await conn.execute(deliveries.update().where(deliveries.c.id == id).values(conversation=conversation))
+
+
+async def depth(conn: AsyncConnection, *, channel: str) -> int:
+    """How many of ``channel``'s deliveries are open (pending or failed)."""
+    query = sa.select(sa.func.count()).where(_OUTBOX.is_open, deliveries.c.channel == channel)
+    return int((await conn.execute(query)).scalar() or 0)
+
+
+_LISTED = (
+    deliveries.c.id, deliveries.c.channel, deliveries.c.identity, deliveries.c.kind, deliveries.c.message_id,
+    deliveries.c.state, deliveries.c.attempts, deliveries.c.created_at, deliveries.c.next_attempt_at,
+    deliveries.c.last_error, deliveries.c.delivered_at,
+)
+
+
+async def newest(conn: AsyncConnection, *, limit: int, state: str | None = None) -> list[Delivery]:
+    """Up to ``limit`` deliveries, newest first, in one ``state`` when given."""
+    query = sa.select(*_LISTED).order_by(deliveries.c.position.desc()).limit(limit)
+    if state is not None:
+        query = query.where(deliveries.c.state == state)
+    return [Delivery(*row) for row in await conn.execute(query)]

@@ -1,0 +1,443 @@
+"""The channel machinery on both backends: identities, pairing, policies, the read position, the outbox."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+import pytest
+import sqlalchemy as sa
+
+from agent_gateway import clock
+from agent_gateway.channels import identities, inbound, outbox, pairing, sender
+from agent_gateway.channels.network import Network, SendFailed
+from agent_gateway.messages import service as messages
+from agent_gateway.store.engine import Store
+from agent_gateway.store.queries import channels as queries
+from agent_gateway.store.queries import signals as signal_queries
+from agent_gateway.store.tables import channel_deliveries, channel_pairings, messages as message_rows
+from agent_gateway.users import service as users
+from agent_gateway.users.service import UserNotFound
+
+ALICE = "matrix:@alice:example.org"
+BOB = "matrix:@bob:example.org"
+ROOM = "!room:example.org"
+
+
+async def admitted(store: Store) -> str:
+    async with store.transaction() as conn:
+        return (await users.admit(conn)).id
+
+
+async def linked(store: Store, identity: str = ALICE) -> str:
+    user_id = await admitted(store)
+    async with store.transaction() as conn:
+        await identities.link(conn, user_id, identity)
+    return user_id
+
+
+async def rows(store: Store, table: sa.Table) -> list[sa.Row]:
+    async with store.read() as conn:
+        return list(await conn.execute(sa.select(table)))
+
+
+async def deliveries(store: Store) -> list[queries.Delivery]:
+    async with store.read() as conn:
+        return list(reversed(await queries.newest(conn, limit=100)))
+
+
+async def texts(store: Store, user_id: str) -> list[tuple[str, str]]:
+    async with store.read() as conn:
+        query = sa.select(message_rows.c.direction, message_rows.c.text).where(message_rows.c.user_id == user_id)
+        return [tuple(row) for row in await conn.execute(query.order_by(message_rows.c.seq))]
+
+
+# --- identities ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bad", ["alice", "matrix:", "matrix:alice", "irc:@a:b.org", "matrix:@a b:example.org", "matrix:@a:"])
+def test_a_malformed_identity_is_refused(bad: str) -> None:
+    with pytest.raises(identities.InvalidIdentity):
+        identities.parse(bad)
+
+
+def test_an_identity_names_its_channel_and_address() -> None:
+    assert identities.parse("matrix:@alice:example.org:8448") == ("matrix", "@alice:example.org:8448")
+
+
+async def test_link_unlink_and_list(store: Store) -> None:
+    user_id = await linked(store)
+    async with store.transaction() as conn:
+        await identities.link(conn, user_id, BOB)
+    async with store.read() as conn:
+        assert [found.identity for found in await identities.of_user(conn, user_id)] == sorted([ALICE, BOB])
+    async with store.transaction() as conn:
+        await identities.unlink(conn, user_id, ALICE)
+    async with store.read() as conn:
+        assert [found.identity for found in await identities.of_user(conn, user_id)] == [BOB]
+
+
+async def test_an_identity_belongs_to_one_user(store: Store) -> None:
+    first = await linked(store)
+    second = await admitted(store)
+    with pytest.raises(identities.IdentityLinked, match="another User"):
+        async with store.transaction() as conn:
+            await identities.link(conn, second, ALICE)
+    with pytest.raises(identities.IdentityLinked, match="this User"):
+        async with store.transaction() as conn:
+            await identities.link(conn, first, ALICE)
+    async with store.read() as conn:
+        assert [found.user_id for found in await identities.of_user(conn, first)] == [first]
+        assert await identities.of_user(conn, second) == []
+
+
+async def test_refusals_change_nothing(store: Store) -> None:
+    user_id = await linked(store)
+    nobody = "00000000-0000-4000-8000-000000000000"
+    for refused, call in (
+        (UserNotFound, lambda conn: identities.link(conn, nobody, BOB)),
+        (UserNotFound, lambda conn: identities.unlink(conn, nobody, ALICE)),
+        (identities.NotLinked, lambda conn: identities.unlink(conn, user_id, BOB)),
+        (identities.InvalidIdentity, lambda conn: identities.link(conn, user_id, "bob")),
+    ):
+        with pytest.raises(refused):
+            async with store.transaction() as conn:
+                await call(conn)
+    async with store.read() as conn:
+        assert [found.identity for found in await identities.of_user(conn, user_id)] == [ALICE]
+
+
+# --- pairing and the policies -----------------------------------------------------------------------
+
+
+def text(address: str = "@alice:example.org", words: str = "hello", room: str = ROOM) -> inbound.Received:
+    return inbound.Received(address, room, inbound.TEXT, words)
+
+
+async def test_a_stranger_gets_one_code_and_nothing_is_stored(store: Store) -> None:
+    outcomes = await inbound.record(store, "matrix", inbound.PAIRING, [text(), text(words="again")], "s1")
+    assert outcomes == [inbound.PAIRING_REPLY, inbound.IGNORED]
+    [request] = await rows(store, channel_pairings)
+    assert len(request.code) == pairing.CODE_LENGTH and set(request.code) <= set(pairing.CODE_ALPHABET)
+    assert request.identity == ALICE
+    [reply] = await deliveries(store)
+    assert (reply.kind, reply.identity, reply.state, reply.message_id) == ("notice", ALICE, "pending", None)
+    async with store.transaction() as conn:
+        [held] = await queries.claim_due(conn, channel="matrix", now="9999-01-01T00:00:00.000Z", lease="9999-01-01T00:00:00.000Z", limit=5)
+        assert held.text == pairing.reply(request.code) and held.conversation == ROOM
+        assert await queries.read_position(conn, "matrix") == "s1"
+        assert await signal_queries.newest(conn, limit=10) == []
+    assert await rows(store, message_rows) == []
+
+
+async def test_a_code_expires_after_an_hour_and_then_a_new_one_is_sent(store: Store) -> None:
+    frozen = clock.FrozenClock("2026-11-28T04:00:00.000Z")
+    with clock.use(frozen):
+        await inbound.record(store, "matrix", inbound.PAIRING, [text()], "s1")
+        frozen.advance(minutes=59)
+        assert await inbound.record(store, "matrix", inbound.PAIRING, [text()], "s2") == [inbound.IGNORED]
+        frozen.advance(minutes=1)
+        assert await inbound.record(store, "matrix", inbound.PAIRING, [text()], "s3") == [inbound.PAIRING_REPLY]
+    assert len(await rows(store, channel_pairings)) == 1
+    assert len(await deliveries(store)) == 2
+
+
+async def test_pending_codes_are_capped_per_channel(store: Store) -> None:
+    strangers = [text(f"@s{n}:example.org") for n in range(pairing.MAX_PENDING + 1)]
+    outcomes = await inbound.record(store, "matrix", inbound.PAIRING, strangers, "s1")
+    assert outcomes == [inbound.PAIRING_REPLY] * pairing.MAX_PENDING + [inbound.IGNORED]
+    assert len(await rows(store, channel_pairings)) == pairing.MAX_PENDING
+
+
+async def test_pairing_logs_no_message_text(store: Store, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level("DEBUG")
+    await inbound.record(store, "matrix", inbound.PAIRING, [text(words="my secret words")], "s1")
+    assert "pairing request from matrix:@alice:example.org" in caplog.text
+    assert "my secret words" not in caplog.text
+
+
+async def test_approve_admits_a_user_and_the_next_message_is_theirs(store: Store) -> None:
+    await inbound.record(store, "matrix", inbound.PAIRING, [text(words="before")], "s1")
+    [request] = await rows(store, channel_pairings)
+    async with store.transaction() as conn:
+        approved = await pairing.approve(conn, request.code.lower())
+    assert approved.identity == ALICE and approved.admitted
+    assert await rows(store, channel_pairings) == []
+    assert await inbound.record(store, "matrix", inbound.PAIRING, [text(words="after")], "s2") == [inbound.STORED]
+    # What was written before the approval never becomes a Message.
+    assert await texts(store, approved.user_id) == [("inbound", "after")]
+    async with store.read() as conn:
+        [signal] = await signal_queries.newest(conn, limit=10)
+    assert signal.kind == messages.RECEIVED and signal.payload["text"] == "after"
+
+
+async def test_approve_can_link_to_an_existing_user(store: Store) -> None:
+    user_id = await admitted(store)
+    await inbound.record(store, "matrix", inbound.PAIRING, [text()], "s1")
+    [request] = await rows(store, channel_pairings)
+    async with store.transaction() as conn:
+        approved = await pairing.approve(conn, request.code, user_id)
+    assert (approved.user_id, approved.admitted) == (user_id, False)
+
+
+async def test_approve_and_deny_refusals_change_nothing(store: Store) -> None:
+    frozen = clock.FrozenClock("2026-11-28T04:00:00.000Z")
+    with clock.use(frozen):
+        await inbound.record(store, "matrix", inbound.PAIRING, [text(), text("@bob:example.org")], "s1")
+        codes = {row.identity: row.code for row in await rows(store, channel_pairings)}
+        with pytest.raises(pairing.UnknownCode):
+            async with store.transaction() as conn:
+                await pairing.approve(conn, "ZZZZZZZZ")
+        with pytest.raises(pairing.UnknownCode):
+            async with store.transaction() as conn:
+                await pairing.deny(conn, "short")
+        with pytest.raises(UserNotFound):
+            async with store.transaction() as conn:
+                await pairing.approve(conn, codes[ALICE], "00000000-0000-4000-8000-000000000000")
+        # Linked elsewhere meanwhile: the approval is refused, and admits no User.
+        other = await linked(store, BOB)
+        with pytest.raises(identities.IdentityLinked):
+            async with store.transaction() as conn:
+                await pairing.approve(conn, codes[BOB])
+        async with store.read() as conn:
+            assert [user.id for user in await users.list_newest(conn, 10)] == [other]
+        frozen.advance(hours=1)
+        with pytest.raises(pairing.UnknownCode, match="expired"):
+            async with store.transaction() as conn:
+                await pairing.approve(conn, codes[ALICE])
+    assert {row.identity for row in await rows(store, channel_pairings)} == {ALICE, BOB}
+
+
+async def test_deny_removes_the_request(store: Store) -> None:
+    await inbound.record(store, "matrix", inbound.PAIRING, [text()], "s1")
+    [request] = await rows(store, channel_pairings)
+    async with store.transaction() as conn:
+        assert (await pairing.deny(conn, request.code)).identity == ALICE
+    assert await rows(store, channel_pairings) == []
+    async with store.read() as conn:
+        assert await pairing.pending(conn) == []
+
+
+async def test_allowlist_hears_only_linked_identities(store: Store) -> None:
+    user_id = await linked(store)
+    outcomes = await inbound.record(store, "matrix", inbound.ALLOWLIST, [text("@bob:example.org"), text()], "s1")
+    assert outcomes == [inbound.IGNORED, inbound.STORED]
+    assert await rows(store, channel_pairings) == []
+    assert await deliveries(store) == []
+    assert await texts(store, user_id) == [("inbound", "hello")]
+
+
+async def test_open_admits_a_stranger_on_the_first_message(store: Store) -> None:
+    outcomes = await inbound.record(store, "matrix", inbound.OPEN, [text(), text(words="second")], "s1")
+    assert outcomes == [inbound.STORED, inbound.STORED]
+    async with store.read() as conn:
+        user_id = await identities.user_of(conn, ALICE)
+    assert user_id is not None
+    assert await texts(store, user_id) == [("inbound", "hello"), ("inbound", "second")]
+
+
+async def test_only_text_is_read(store: Store) -> None:
+    await linked(store)
+    image = inbound.Received("@alice:example.org", ROOM, inbound.UNREADABLE)
+    assert await inbound.record(store, "matrix", inbound.PAIRING, [image], "s1") == [inbound.REPLIED]
+    [reply] = await deliveries(store)
+    assert reply.kind == "notice"
+    # A stranger's image gets no code and no reply.
+    stranger = inbound.Received("@bob:example.org", ROOM, inbound.UNREADABLE)
+    assert await inbound.record(store, "matrix", inbound.PAIRING, [stranger], "s2") == [inbound.IGNORED]
+
+
+async def test_the_read_position_is_committed_with_what_was_stored(store: Store) -> None:
+    user_id = await linked(store)
+    await inbound.record(store, "matrix", inbound.PAIRING, [text(words="one")], "s1")
+    # A read whose storing fails leaves no Message and the position where it was.
+    broken = inbound.Received("@alice:example.org", ROOM, inbound.TEXT, "")
+    with pytest.raises(messages.InvalidText):
+        await inbound.record(store, "matrix", inbound.PAIRING, [text(words="two"), broken], "s2")
+    assert await inbound.read_position(store, "matrix") == "s1"
+    assert await texts(store, user_id) == [("inbound", "one")]
+
+
+async def test_a_lost_numbering_race_is_retried_never_dropped(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    user_id = await linked(store)
+    real, lost = messages.receive, []
+
+    async def losing_once(conn, user, words):  # type: ignore[no-untyped-def]
+        if not lost:
+            lost.append(words)
+            raise messages.LostRace()
+        return await real(conn, user, words)
+
+    monkeypatch.setattr(messages, "receive", losing_once)
+    assert await inbound.record(store, "matrix", inbound.PAIRING, [text()], "s1") == [inbound.STORED]
+    assert await texts(store, user_id) == [("inbound", "hello")]
+
+
+# --- the outbox: where outbound Messages go ---------------------------------------------------------
+
+
+async def send(store: Store, user_id: str, words: str) -> None:
+    async with store.transaction() as conn:
+        await messages.send(conn, user_id, words)
+
+
+async def test_no_channel_served_no_delivery(store: Store) -> None:
+    user_id = await linked(store)
+    await inbound.record(store, "matrix", inbound.PAIRING, [text()], "s1")
+    await send(store, user_id, "answer")
+    assert await deliveries(store) == []
+
+
+async def test_an_answer_goes_to_the_conversation_of_the_last_inbound_message(store: Store) -> None:
+    store.channels = frozenset({"matrix"})
+    user_id = await linked(store)
+    await inbound.record(store, "matrix", inbound.PAIRING, [text(room="!first:x"), text(room="!second:x")], "s1")
+    await send(store, user_id, "answer")
+    [delivery] = await deliveries(store)
+    assert (delivery.kind, delivery.message_id is not None, delivery.identity) == ("message", True, ALICE)
+    async with store.transaction() as conn:
+        [held] = await queries.claim_due(conn, channel="matrix", now="9999-01-01T00:00:00.000Z", lease="9999-01-01T00:00:00.000Z", limit=5)
+    assert (held.conversation, held.text, held.user_id) == ("!second:x", "answer", user_id)
+
+
+async def test_after_a_public_inbound_message_no_channel_sends(store: Store) -> None:
+    store.channels = frozenset({"matrix"})
+    user_id = await linked(store)
+    await inbound.record(store, "matrix", inbound.PAIRING, [text()], "s1")
+    async with store.transaction() as conn:
+        await messages.receive(conn, user_id, "from the chat page")
+    await send(store, user_id, "answer")
+    assert await deliveries(store) == []
+
+
+async def test_a_user_who_never_wrote_with_one_identity_gets_a_conversation_opened(store: Store) -> None:
+    store.channels = frozenset({"matrix"})
+    one = await linked(store)
+    two = await linked(store, BOB)
+    async with store.transaction() as conn:
+        await identities.link(conn, two, "matrix:@carol:example.org")
+    await send(store, one, "hello there")
+    await send(store, two, "nobody knows where")
+    [delivery] = await deliveries(store)
+    async with store.transaction() as conn:
+        [held] = await queries.claim_due(conn, channel="matrix", now="9999-01-01T00:00:00.000Z", lease="9999-01-01T00:00:00.000Z", limit=5)
+    assert (held.identity, held.conversation, held.user_id) == (ALICE, None, one)
+
+
+# --- the sender ------------------------------------------------------------------------------------
+
+
+class FakeNetwork(Network):
+    name = "matrix"
+    policy = inbound.PAIRING
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sent: list[tuple[str, str, str, str]] = []
+        self.opened: list[str] = []
+        self.failing = False
+        self.wrote = asyncio.Event()
+
+    async def read(self) -> None:
+        await asyncio.Event().wait()
+
+    async def open_conversation(self, address: str) -> str:
+        self.opened.append(address)
+        return f"!opened{len(self.opened)}:example.org"
+
+    async def send(self, conversation: str, kind: str, text: str, transaction_id: str) -> None:
+        self.wrote.set()
+        if self.failing:
+            raise SendFailed("the homeserver is down")
+        self.sent.append((conversation, kind, text, transaction_id))
+
+
+async def test_the_sender_delivers_in_order_with_the_delivery_id_as_transaction_id(store: Store) -> None:
+    store.channels = frozenset({"matrix"})
+    user_id = await linked(store)
+    await send(store, user_id, "first")
+    await send(store, user_id, "second")
+    network = FakeNetwork()
+    await sender.Sender(store, network).step()
+    assert [(conversation, text) for conversation, _, text, _ in network.sent] == [
+        ("!opened1:example.org", "first"), ("!opened1:example.org", "second")
+    ]
+    assert network.opened == ["@alice:example.org"]  # one conversation opened, used by both
+    stored = await deliveries(store)
+    assert [d.state for d in stored] == ["delivered", "delivered"]
+    assert [transaction for *_, transaction in network.sent] == [d.id for d in stored]
+    # The next answer goes to the opened conversation without opening another.
+    await send(store, user_id, "third")
+    await sender.Sender(store, network).step()
+    assert network.sent[-1][:3] == ("!opened1:example.org", "message", "third") and len(network.opened) == 1
+
+
+async def test_a_failed_delivery_is_retried_with_backoff_capped_at_a_minute_then_dead(store: Store) -> None:
+    store.channels = frozenset({"matrix"})
+    user_id = await linked(store)
+    await inbound.record(store, "matrix", inbound.PAIRING, [text()], "s1")
+    network = FakeNetwork()
+    network.failing = True
+    frozen = clock.FrozenClock("2026-11-28T04:00:00.000Z")
+    with clock.use(frozen):
+        await send(store, user_id, "answer")
+        loop = sender.Sender(store, network)
+        waits = []
+        for _ in range(9):
+            await loop.step()
+            [delivery] = await deliveries(store)
+            assert delivery.state == "failed" and delivery.last_error == "the homeserver is down"
+            waits.append((clock.parse_instant(delivery.next_attempt_at) - frozen.instant).total_seconds())
+            frozen.set(delivery.next_attempt_at)
+        assert waits == [1, 2, 4, 8, 16, 32, 60, 60, 60]
+        frozen.advance(days=1)
+        await loop.step()
+        [delivery] = await deliveries(store)
+        assert delivery.state == "dead"
+        network.failing = False
+        await loop.step()
+    assert network.sent == []
+    async with store.read() as conn:
+        assert [d.id for d in await queries.newest(conn, limit=5, state="dead")] == [delivery.id]
+
+
+async def test_a_delivery_is_sent_once_by_two_senders(store: Store) -> None:
+    store.channels = frozenset({"matrix"})
+    user_id = await linked(store)
+    await inbound.record(store, "matrix", inbound.PAIRING, [text()], "s1")
+    for n in range(20):
+        await send(store, user_id, f"answer {n}")
+    first, second = FakeNetwork(), FakeNetwork()
+    await asyncio.gather(sender.Sender(store, first).step(), sender.Sender(store, second).step())
+    sent = sorted(text for network in (first, second) for _, _, text, _ in network.sent)
+    assert sent == sorted(f"answer {n}" for n in range(20))
+
+
+def test_backoff_reaches_its_cap() -> None:
+    start = clock.parse_instant("2026-11-28T04:00:00.000Z")
+    following = [
+        outbox_next(n, start) for n in (1, 7, 8, 30)
+    ]
+    assert following == [1.0, 60.0, 60.0, 60.0]
+
+
+def outbox_next(attempts: int, now):  # type: ignore[no-untyped-def]
+    from agent_gateway.store import outbox as shared
+
+    at = shared.next_attempt(
+        attempts, now, now, first_retry_s=sender.FIRST_RETRY_S, retry_for=timedelta(days=1),
+        factor=sender.BACKOFF_FACTOR, max_wait_s=sender.MAX_RETRY_WAIT_S,
+    )
+    return (at - now).total_seconds()
+
+
+async def test_the_channel_deliveries_are_listed_without_their_text(store: Store) -> None:
+    await inbound.record(store, "matrix", inbound.PAIRING, [text(words="hello")], "s1")
+    [delivery] = await outbox.newest(store, limit=5)
+    shown = delivery.to_json()
+    assert set(shown) == {
+        "id", "channel", "identity", "kind", "message", "state", "attempts", "createdAt", "nextAttemptAt",
+        "lastError", "deliveredAt",
+    }
+    assert shown["state"] == "pending" and shown["nextAttemptAt"] is not None
+    assert await rows(store, channel_deliveries)

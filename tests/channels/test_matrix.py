@@ -1,0 +1,286 @@
+"""The Matrix channel against a real homeserver (Synapse from PyPI), on both backends.
+
+Each test registers fresh accounts (the agent's and the people's) on the session's one
+homeserver, so no test sees another's rooms. Every wait has a ceiling of minutes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import pytest
+import sqlalchemy as sa
+
+from agent_gateway.channels import pairing
+from agent_gateway.gateway import Gateway
+from agent_gateway.ops import metrics
+from agent_gateway.store.queries import channels as queries
+from agent_gateway.store.tables import channel_pairings, messages, users
+from tests import servers
+from tests.channels.conftest import Deployment, Person, until
+
+pytestmark = [pytest.mark.processes, pytest.mark.xdist_group("matrix")]
+
+
+async def joined(person: Person, room_id: str, agent: str) -> None:
+    await until(lambda: _has(person.members(room_id), agent), what=f"{agent} joining")
+
+
+async def _has(members, who: str) -> bool:  # type: ignore[no-untyped-def]
+    return who in await members
+
+
+async def log_of(gateway: Gateway, user_id: str) -> list[tuple[str, str]]:
+    async with gateway.store.read() as conn:
+        query = sa.select(messages.c.direction, messages.c.text).where(messages.c.user_id == user_id).order_by(messages.c.seq)
+        return [tuple(row) for row in await conn.execute(query)]
+
+
+async def count(gateway: Gateway, table: sa.Table) -> int:
+    async with gateway.store.read() as conn:
+        return int((await conn.execute(sa.select(sa.func.count()).select_from(table))).scalar() or 0)
+
+
+async def approve_all(gateway: Gateway) -> str:
+    async with gateway.store.transaction() as conn:
+        [request] = await pairing.pending(conn)
+        return (await pairing.approve(conn, request.code)).user_id
+
+
+async def heard_from_agent(person: Person, room_id: str, agent: str, n: int) -> list[tuple[str, str]]:
+    async def enough() -> list[tuple[str, str]]:
+        said = await person.heard(room_id, agent)
+        return said if len(said) >= n else []
+
+    return await until(enough, what=f"{n} messages from the agent")
+
+
+async def paired(deployment: Deployment, gateway: Gateway, person: Person) -> tuple[str, str]:
+    """A direct room of ``person`` with the agent, and the User the operator admitted for them,
+    who has written there once and had the echo (the agent's messages: the code, the echo)."""
+    room = await person.direct_room(deployment.agent)
+    await joined(person, room, deployment.agent)
+    await person.say(room, "hello?")
+    await heard_from_agent(person, room, deployment.agent, 1)
+    user_id = await approve_all(gateway)
+    await person.say(room, "ping")
+    await heard_from_agent(person, room, deployment.agent, 2)
+    return room, user_id
+
+
+async def test_the_whole_flow(deployment: Deployment, people, caplog: pytest.LogCaptureFixture) -> None:  # type: ignore[no-untyped-def]
+    caplog.set_level(logging.DEBUG)
+    gateway = await deployment.start()
+    alice = people()
+    room = await alice.direct_room(deployment.agent)
+    await joined(alice, room, deployment.agent)
+
+    # A stranger: one pairing code, nothing stored, no User admitted.
+    await alice.say(room, "hello, agent")
+    [(kind, reply)] = await heard_from_agent(alice, room, deployment.agent, 1)
+    assert kind == "m.notice"
+    [request] = await pending(gateway)
+    assert request.code in reply and request.identity == f"matrix:{alice.user_id}"
+    assert await count(gateway, users) == 0 and await count(gateway, messages) == 0
+    # While the code is pending, no new one.
+    already = pending_count()
+    await alice.say(room, "are you there?")
+    await until(lambda: asyncio.sleep(0, pending_count() > already), what="the second message read")
+
+    # Approved: the next message is an inbound Message and the echo agent's answer arrives.
+    user_id = await approve_all(gateway)
+    await alice.say(room, "ping")
+    said = await heard_from_agent(alice, room, deployment.agent, 2)
+    assert said[1] == ("m.text", "echo: ping")
+    assert await log_of(gateway, user_id) == [("inbound", "ping"), ("outbound", "echo: ping")]
+
+    # An outbound Message posted on the Agent server arrives once, its body exactly its text.
+    await gateway.messages.send(user_id, "a word from the agent, *as written*")
+    said = await heard_from_agent(alice, room, deployment.agent, 3)
+    assert said[2] == ("m.text", "a word from the agent, *as written*")
+    await until(lambda: all_delivered(gateway), what="every delivery delivered")
+    assert len(await alice.heard(room, deployment.agent)) == 3
+
+    # An image gets one polite reply.
+    await alice.say(room, "photo.png", msgtype="m.image", url="mxc://localhost/nothing")
+    said = await heard_from_agent(alice, room, deployment.agent, 4)
+    assert said[3][0] == "m.notice" and "only read text" in said[3][1]
+
+    token = deployment.settings.matrix_access_token_file.read_text().strip()  # type: ignore[union-attr]
+    assert token not in caplog.text
+    assert all(token not in str(record.__dict__) for record in caplog.records)
+
+
+def pending_count() -> float:
+    """How many messages of strangers with a pending code this process's channels have read."""
+    return metrics.channel_pairing_requests.labels("matrix", "pending")._value.get()
+
+
+async def pending(gateway: Gateway) -> list[queries.Pairing]:
+    async with gateway.store.read() as conn:
+        return await pairing.pending(conn)
+
+
+async def all_delivered(gateway: Gateway) -> bool:
+    async with gateway.store.read() as conn:
+        found = await queries.newest(conn, limit=100)
+    return all(d.state == "delivered" for d in found)
+
+
+async def test_history_from_before_the_first_connection_is_never_taken(deployment: Deployment, people) -> None:  # type: ignore[no-untyped-def]
+    alice = people()
+    room = await alice.direct_room(deployment.agent)
+    await alice.say(room, "written before the gateway ever connected")
+    gateway = await deployment.start()
+    await joined(alice, room, deployment.agent)
+    await alice.say(room, "now")
+    [(kind, _)] = await heard_from_agent(alice, room, deployment.agent, 1)
+    assert kind == "m.notice"
+    assert len(await pending(gateway)) == 1
+
+
+async def test_messages_written_while_the_gateway_is_stopped_are_taken_once_in_order(deployment: Deployment, people) -> None:  # type: ignore[no-untyped-def]
+    gateway = await deployment.start()
+    alice = people()
+    room, user_id = await paired(deployment, gateway, alice)
+    await deployment.stop(gateway)
+    await alice.say(room, "one")
+    await alice.say(room, "two")
+    gateway = await deployment.start()
+    await until(lambda: answered(gateway, user_id, 3), what="both answers")
+    assert [text for direction, text in await log_of(gateway, user_id) if direction == "inbound"] == ["ping", "one", "two"]
+    said = await heard_from_agent(alice, room, deployment.agent, 4)
+    assert said[2:] == [("m.text", "echo: one"), ("m.text", "echo: two")]
+
+
+async def answered(gateway: Gateway, user_id: str, n: int) -> bool:
+    return len([d for d, _ in await log_of(gateway, user_id) if d == "outbound"]) >= n
+
+
+async def test_an_answer_written_while_the_homeserver_is_down_is_delivered_once_when_it_returns(
+    deployment: Deployment, people, running_homeserver: servers.Homeserver  # type: ignore[no-untyped-def]
+) -> None:
+    gateway = await deployment.start()
+    alice = people()
+    room, user_id = await paired(deployment, gateway, alice)
+    assert gateway.channels_status() == {"matrix": "ok"}
+    running_homeserver.stop()
+    await gateway.messages.send(user_id, "while you were away")
+    await until(lambda: has_state(gateway, "failed"), what="a failed attempt")
+    # /readyz shows it, and the process stays ready (ops.routes).
+    assert gateway.channels_status()["matrix"].startswith("cannot reach the matrix server")
+    running_homeserver.restart()
+    said = await heard_from_agent(alice, room, deployment.agent, 3)
+    await until(lambda: all_delivered(gateway), what="the delivery")
+    assert (await alice.heard(room, deployment.agent))[2:] == [("m.text", "while you were away")]
+    assert said[2] == ("m.text", "while you were away")
+
+
+async def has_state(gateway: Gateway, state: str) -> bool:
+    async with gateway.store.read() as conn:
+        return bool(await queries.newest(conn, limit=1, state=state))
+
+
+async def test_a_message_stored_but_not_sent_is_sent_after_a_restart_once(deployment: Deployment, people) -> None:  # type: ignore[no-untyped-def]
+    gateway = await deployment.start()
+    alice = people()
+    room, user_id = await paired(deployment, gateway, alice)
+    await deployment.stop(gateway)
+    # What a gateway killed between storing the Message and sending it leaves: the Message and its
+    # delivery, committed together, and nothing sent.
+    from agent_gateway.messages import service as message_service
+    from agent_gateway.store.engine import Store
+
+    store = Store(deployment.settings.database_url)
+    store.channels = frozenset({"matrix"})
+    try:
+        async with store.transaction() as conn:
+            await message_service.send(conn, user_id, "stored, then killed")
+    finally:
+        await store.close()
+    gateway = await deployment.start()
+    said = await heard_from_agent(alice, room, deployment.agent, 3)
+    await until(lambda: all_delivered(gateway), what="the delivery")
+    assert said[2:] == [("m.text", "stored, then killed")]
+    assert len(await alice.heard(room, deployment.agent)) == 3
+
+
+async def test_allowlist_hears_only_linked_people(deployment: Deployment, people) -> None:  # type: ignore[no-untyped-def]
+    gateway = await deployment.start(matrix_policy="allowlist")
+    alice, bob = people(), people()
+    from agent_gateway.channels import identities
+    from agent_gateway.users import service as users_service
+
+    async with gateway.store.transaction() as conn:
+        user_id = (await users_service.admit(conn)).id
+        await identities.link(conn, user_id, f"matrix:{alice.user_id}")
+    alice_room, bob_room = await alice.direct_room(deployment.agent), await bob.direct_room(deployment.agent)
+    await joined(alice, alice_room, deployment.agent)
+    await joined(bob, bob_room, deployment.agent)  # the policy decides what it hears, not what it joins
+    await bob.say(bob_room, "hello from a stranger")
+    await alice.say(alice_room, "ping")
+    assert await heard_from_agent(alice, alice_room, deployment.agent, 1) == [("m.text", "echo: ping")]
+    assert await bob.heard(bob_room, deployment.agent) == []
+    assert await count(gateway, channel_pairings) == 0 and await count(gateway, users) == 1
+
+
+async def test_open_admits_strangers_and_no_user_hears_another(deployment: Deployment, people) -> None:  # type: ignore[no-untyped-def]
+    gateway = await deployment.start(matrix_policy="open")
+    alice, bob = people(), people()
+    alice_room, bob_room = await alice.direct_room(deployment.agent), await bob.direct_room(deployment.agent)
+    await joined(alice, alice_room, deployment.agent)
+    await joined(bob, bob_room, deployment.agent)
+    await alice.say(alice_room, "I am alice")
+    await bob.say(bob_room, "I am bob")
+    assert await heard_from_agent(alice, alice_room, deployment.agent, 1) == [("m.text", "echo: I am alice")]
+    assert await heard_from_agent(bob, bob_room, deployment.agent, 1) == [("m.text", "echo: I am bob")]
+    assert await count(gateway, users) == 2
+    # Still only their own, after both answers went out.
+    await until(lambda: all_delivered(gateway), what="both deliveries")
+    assert await alice.heard(alice_room, deployment.agent) == [("m.text", "echo: I am alice")]
+    assert await bob.heard(bob_room, deployment.agent) == [("m.text", "echo: I am bob")]
+
+
+async def test_a_user_who_never_wrote_gets_a_direct_room(deployment: Deployment, people) -> None:  # type: ignore[no-untyped-def]
+    gateway = await deployment.start()
+    alice = people()
+    from agent_gateway.channels import identities
+    from agent_gateway.users import service as users_service
+
+    async with gateway.store.transaction() as conn:
+        user_id = (await users_service.admit(conn)).id
+        await identities.link(conn, user_id, f"matrix:{alice.user_id}")
+    await gateway.messages.send(user_id, "hello, first")
+    [room] = await until(alice.invites, what="an invite")
+    await alice.join(room)
+    assert await heard_from_agent(alice, room, deployment.agent, 1) == [("m.text", "hello, first")]
+
+
+async def test_in_a_group_room_only_mentions_are_heard(deployment: Deployment, people) -> None:  # type: ignore[no-untyped-def]
+    gateway = await deployment.start(matrix_policy="open")
+    alice, bob = people(), people()
+    room = await alice.group_room(deployment.agent, bob.user_id)
+    await bob.join(room)
+    await joined(alice, room, deployment.agent)
+    await alice.say(room, "just talking among ourselves")
+    await alice.say(room, f"{deployment.agent}: what do you think?")
+    said = await heard_from_agent(alice, room, deployment.agent, 1)
+    assert said == [("m.text", f"echo: {deployment.agent}: what do you think?")]
+    assert await count(gateway, users) == 1
+
+
+async def test_two_processes_never_send_one_delivery_twice(deployment: Deployment, people) -> None:  # type: ignore[no-untyped-def]
+    if not deployment.settings.database_url.startswith("postgresql"):
+        pytest.skip("several serving processes share a PostgreSQL database only")
+    first = await deployment.start()
+    second = await deployment.start()
+    alice = people()
+    room, user_id = await paired(deployment, first, alice)
+    for n in range(10):
+        await (first if n % 2 else second).messages.send(user_id, f"answer {n}")
+    await heard_from_agent(alice, room, deployment.agent, 12)
+    await until(lambda: all_delivered(first), what="every delivery")
+    await asyncio.sleep(1)  # proving nothing more arrives: a second copy would come now
+    said = await alice.heard(room, deployment.agent)
+    assert sorted(body for _, body in said[2:]) == sorted(f"answer {n}" for n in range(10))
