@@ -20,10 +20,12 @@ from tests.channels.test_machinery import ALICE, linked, rows, text
 pytestmark = pytest.mark.processes
 
 
-def cli(tmp_path: Path, database_url: str, *args: str):  # type: ignore[no-untyped-def]
+def cli(tmp_path: Path, database_url: str, *args: str, here: bool = False):  # type: ignore[no-untyped-def]
+    """The command in a process of its own, or in this process (``served.run_cli_here``, in a
+    thread: this test's event loop runs here) with ``here``."""
     path = tmp_path / "cli.toml"
     path.write_text(f'[auth]\ntoken_ttl_ms = 1000\n[database]\nurl = "{database_url}"\n')
-    return asyncio.to_thread(served.run_cli, *args, config=path)
+    return asyncio.to_thread(served.run_cli_here if here else served.run_cli, *args, config=path)
 
 
 async def snapshot(store: Store) -> list[list[tuple]]:
@@ -34,7 +36,7 @@ async def snapshot(store: Store) -> list[list[tuple]]:
 
 async def refused(tmp_path: Path, store: Store, args: tuple[str, ...], line: str) -> None:
     before = await snapshot(store)
-    result = await cli(tmp_path, store.url, *args)
+    result = await cli(tmp_path, store.url, *args, here=True)
     assert (result.returncode, result.stdout, result.stderr) == (1, "", f"agent-gateway: error: {line}\n"), args
     assert await snapshot(store) == before, args
 
