@@ -126,10 +126,12 @@ class Gateway:
             if "worker" in roles and settings.webhooks
             else None
         )
-        # retention.signals_max_age: the Scheduler role prunes ended Signals once an hour.
+        # retention.*_max_age: the Scheduler role prunes ended Signals and closed deliveries once an hour.
+        deliveries_age = settings.retention_deliveries_max_age
+        outbox_ages = {"deliveries": deliveries_age} if deliveries_age is not None else {}
         self.pruner = (
-            retention.Pruner(self.store, settings.retention_signals_max_age)
-            if "scheduler" in roles and settings.retention_signals_max_age is not None
+            retention.Pruner(self.store, settings.retention_signals_max_age, outbox_ages)
+            if "scheduler" in roles and (settings.retention_signals_max_age is not None or outbox_ages)
             else None
         )
         self.agent_app = self._app("agent-gateway: Agent server", AGENT_DESCRIPTION, agent_routers)

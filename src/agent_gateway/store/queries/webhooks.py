@@ -19,12 +19,17 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agent_gateway.store import direct, engine, notifications
+from agent_gateway.store.queries import retention
 from agent_gateway.store.tables import webhook_deliveries as deliveries
 
 PENDING, FAILED, DELIVERED, DEAD = "pending", "failed", "delivered", "dead"
 STATES = (PENDING, FAILED, DELIVERED, DEAD)
 # The states a sender may claim a delivery in.
 OPEN = (PENDING, FAILED)
+# What retention removes (retention.deliveries_max_age, agent-gateway prune): delivered and dead
+# rows closed before the cutoff. Both outcomes set next_attempt_at to when the row closed (no
+# attempt follows), so the (state, next_attempt_at) index finds them without a column of its own.
+OUTBOX = retention.Outbox(deliveries, closed=(DELIVERED, DEAD), ended=deliveries.c.next_attempt_at)
 # As two comparisons: an IN list is expanded per execution, which a direct.Query is not.
 _IS_OPEN = sa.or_(*(deliveries.c.state == state for state in OPEN))
 
@@ -67,7 +72,7 @@ class Delivery:
             "state": self.state,
             "attempts": self.attempts,
             "createdAt": self.created_at,
-            # While open, when it is next tried; once delivered or dead, the last attempt's lease.
+            # While open, when it is next tried; once delivered or dead, when it closed (not shown).
             "nextAttemptAt": self.next_attempt_at if self.state in OPEN else None,
             "lastError": self.last_error,
             "deliveredAt": self.delivered_at,
@@ -174,7 +179,7 @@ _HELD = sa.and_(
 _DELIVERED = direct.Query(
     deliveries.update()
     .where(_HELD)
-    .values(state=DELIVERED, delivered_at=sa.bindparam("at"), last_error=None)
+    .values(state=DELIVERED, delivered_at=sa.bindparam("at"), next_attempt_at=sa.bindparam("at"), last_error=None)
     .returning(deliveries.c.id)
 )
 _FAILED = direct.Query(
@@ -190,10 +195,10 @@ async def delivered(conn: AsyncConnection, claimed: Claimed, *, at: str) -> bool
     return bool(await direct.run(conn, _DELIVERED, at=at, **_held(claimed)))
 
 
-async def failed(conn: AsyncConnection, claimed: Claimed, *, error: str, next_at: str | None) -> bool:
-    """Record a claimed delivery's failed attempt: retried at ``next_at``, or dead without one;
-    False when its lease was lost (nothing written)."""
-    state, next_at = (FAILED, next_at) if next_at is not None else (DEAD, claimed.lease)
+async def failed(conn: AsyncConnection, claimed: Claimed, *, error: str, next_at: str | None, at: str) -> bool:
+    """Record a claimed delivery's failed attempt at ``at``: retried at ``next_at``, or dead without
+    one (closed at ``at``, which retention reads); False when its lease was lost (nothing written)."""
+    state, next_at = (FAILED, next_at) if next_at is not None else (DEAD, at)
     return bool(
         await direct.run(conn, _FAILED, new_state=state, next_at=next_at, error=error, **_held(claimed))
     )
