@@ -4,8 +4,10 @@ pending and retrying ones never do (both backends)."""
 from __future__ import annotations
 
 import dataclasses
+import time
 import uuid
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
@@ -16,7 +18,10 @@ from agent_gateway.signals import retention
 from agent_gateway.store import tables
 from agent_gateway.store.engine import Store
 from agent_gateway.store.queries import webhooks as queries
+from tests import served
 from tests.signals.conftest import until
+from tests.webhooks.receiver import Receiver
+from tests.webhooks.test_served import hooked_env, publish
 
 LONG_AGO = "2026-01-01T00:00:00.000Z"
 FAR_AHEAD = "2999-01-01T00:00:00.000Z"
@@ -137,3 +142,28 @@ def test_the_setting(tmp_path) -> None:  # type: ignore[no-untyped-def]
     path.write_text('[auth]\ntoken_ttl_ms = 1\n[retention]\ndeliveries_max_age = "7 days"\n')
     with pytest.raises(config.SettingsError, match="retention.deliveries_max_age"):
         config.load(path, environ={})
+
+
+@pytest.mark.e2e
+def test_prune_while_serving_takes_the_delivered_and_the_deliverer_goes_on(
+    tmp_path: Path, database_url: str, receiver: Receiver
+) -> None:
+    """``agent-gateway prune`` in a process of its own while ``serve`` delivers to the same database."""
+    with served.ServedGateway.start(tmp_path / "deployment", database_url, hooked_env(receiver)) as gateway:
+        for n in range(3):
+            publish(gateway, f"s{n}")
+        receiver.wait_for(3)
+
+        def states() -> list[str]:
+            return [delivery["state"] for delivery in gateway.cli_json("webhooks", "deliveries")]
+
+        deadline = time.monotonic() + served.START_TIMEOUT_S
+        while states() != ["delivered"] * 3:  # the outcome is recorded just after the receiver's answer
+            assert time.monotonic() < deadline, states()
+            time.sleep(0.05)
+        assert gateway.cli_json("prune", "--before", "0s", "--dry-run")["deliveries"] == 3
+        assert gateway.cli_json("prune", "--before", "0s")["deliveries"] == 3
+        assert states() == []
+        # Still serving and delivering.
+        publish(gateway, "after the prune")
+        assert receiver.wait_for(4)[-1].payload["data"]["statement"] == "after the prune"

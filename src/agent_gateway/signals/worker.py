@@ -103,7 +103,8 @@ class Worker:
             # A failure here (the database went away, a bug) raises: leadership.lead runs this under
             # store.supervisor, which logs, counts and restarts it (recovering again, which fails a
             # Signal this pass left processing).
-            await self.recover()
+            if not self._stop.is_set():
+                await self.recover()
             while not self._stop.is_set():
                 while not self._stop.is_set() and await self.process_next():
                     pass
