@@ -57,7 +57,7 @@ def test_root_with_apt_get_installs_it(tmp_path: Path) -> None:
 
 def test_empty_package_lists_are_updated_first(tmp_path: Path) -> None:
     # The first install fails (no package lists yet, as in a fresh container), the one after update works.
-    output, calls = run(tmp_path, 0, apt_get=f'[ "$1" = update ] && touch {tmp_path}/updated; [ -e {tmp_path}/updated ]')
+    output, calls = run(tmp_path, 0, apt_get=f'[ "$1" = update ] && : > {tmp_path}/updated; [ -e {tmp_path}/updated ]')
     assert calls == ["install -y -qq bubblewrap", "update -qq", "install -y -qq bubblewrap"]
     assert output.count("\n") == 1
 

@@ -17,10 +17,11 @@ from agent_gateway import config
 from agent_gateway.gateway import Gateway
 from agent_gateway.scheduler.timer import Timer
 from agent_gateway.signals import retention
+from agent_gateway.signals.handlers import TemplateHandler
 from agent_gateway.signals.worker import Worker
 from agent_gateway.store import leadership, supervisor
 from agent_gateway.webhooks.deliverer import Deliverer
-from tests.signals.conftest import emit, finished, until
+from tests.signals.conftest import Recording, emit, finished, until
 
 
 class Fault(Exception):
@@ -200,11 +201,14 @@ async def test_the_signal_worker_leads_and_works_on_after_a_fault(
 
     monkeypatch.setattr(Worker, "process_next", faulty)
     gateway = Gateway(settings)
+    gateway.handlers.register("k", TemplateHandler("k", "hello"))
+    runtime = gateway.runtime = Recording()
     await gateway.start()
     try:
-        # No Handler for the kind: the Signal ends as it is taken, by a worker that restarted.
-        signal = await finished(gateway.store, await emit(gateway.store, "no handler", {}))
-        assert signal.state == "done"
+        # Run by the same process's worker, restarted after the fault, leading all along.
+        signal = await finished(gateway.store, await emit(gateway.store, "k", {}))
+        assert (signal.state, signal.error) == ("done", None)
+        assert [run.prompt for run in runtime.runs] == ["hello"]
         assert gateway.worker is not None and gateway.worker.active
     finally:
         await gateway.stop()
