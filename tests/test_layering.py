@@ -26,7 +26,7 @@ FLOORS: list[tuple[str, frozenset[str]]] = [
     # use its shapes, and it imports nothing of the server (see KIT).
     ("kit", frozenset({"agent"})),
     # The storage floor's infrastructure: engine, sqlite, direct, wal, notifications, leadership,
-    # woken, vacuum, batch, unavailable, window, tables, migrate and migrations.
+    # woken, supervisor, vacuum, batch, unavailable, window, tables, migrate and migrations.
     ("store", frozenset({"store"})),
     # Each area's SQL, one module per area.
     ("queries", frozenset({"store.queries"})),

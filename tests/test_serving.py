@@ -10,7 +10,7 @@ from agent_gateway.config import Address
 
 def test_accepted_connections_do_not_wait_for_delayed_acks() -> None:
     # Without TCP_NODELAY every response written in two parts waited ~40 ms (Nagle + delayed ACK).
-    listener = serving._listen(Address("127.0.0.1", 0), "public_listen")
+    listener = serving.listen(Address("127.0.0.1", 0), "public_listen")
     try:
         client = socket.create_connection(listener.getsockname())
         accepted, _ = listener.accept()

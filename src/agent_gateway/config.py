@@ -37,7 +37,8 @@ MAX_TOKEN_TTL_MS = 100 * 365 * 24 * 3600 * 1000
 MAX_SCRYPT_MEMORY_BYTES = 2**31 - 1
 # "per-run" starts [runtime] command for each Run; "persistent" starts it once and hands it Runs as JSON lines.
 RUNTIME_MODES = ("per-run", "persistent")
-# "auto" confines the agent program with bubblewrap when it works, "bubblewrap" refuses to start without it.
+# "auto" confines the agent program with bubblewrap when it works (else only the echo demo runs,
+# unconfined), "bubblewrap" refuses to start without it, "none" runs it unconfined.
 SANDBOX_MODES = ("auto", "bubblewrap", "none")
 # A stream re-checks its Token at least every 10 s (issue 13).
 MAX_STREAM_AUTH_CHECK_MS = 10_000
@@ -158,6 +159,7 @@ class Settings:
     log_format: str = "text"
     log_access: bool | None = None  # None: on in the json format, off in text
     retention_signals_max_age: datetime.timedelta | None = None
+    retention_deliveries_max_age: datetime.timedelta | None = None
     # The Decision log's checkpoints (transparency/): None derives a name from the signing key.
     transparency_origin: str | None = None
     # The Users' chat page at the Public server's / (web/); off for deployments with their own client.
@@ -576,7 +578,7 @@ _KEYS = (
          doc='`"per-run"`: `runtime.command` is started for each Run; `"persistent"`: started once and handed Runs as JSON lines (see [Runtimes](/agents/runtimes.md#the-persistent-runtime-the-contract-for-agent-authors)); `init` writes `"persistent"`'),
     _Key(("runtime", "sandbox"), "runtime_sandbox", _sandbox,
          default='`"auto"`',
-         doc='confinement of the agent program (see [Confinement](/agents/confinement.md)): `"auto"` confines it with bubblewrap when `bwrap` works and otherwise starts with a warning; `"bubblewrap"` refuses to start without confinement; `"none"` runs it unconfined'),
+         doc='confinement of the agent program (see [Confinement](/agents/confinement.md)): `"auto"` confines it with bubblewrap when `bwrap` works; where it cannot, it refuses to start any agent program but the bundled echo demo (which starts unconfined, with a warning); `"bubblewrap"` refuses to start without confinement, even the echo demo; `"none"` runs it unconfined on purpose. `agent-gateway doctor` says which applies'),
     _Key(("runtime", "sandbox_ro"), "runtime_sandbox_ro", _list(_str), is_path=True,
          default='`[]`',
          doc='more paths the confined agent program sees read-only (each must exist, and none may hold the gateway\'s key, config or database)'),
@@ -616,6 +618,9 @@ _KEYS = (
     _Key(("retention", "signals_max_age"), "retention_signals_max_age", parse_age,
          default='off',
          doc='an age (`30d`, `12h`, `90m`, `45s`, `2w`): the scheduler role removes ended Signals older than this, with their Runs, once an hour'),
+    _Key(("retention", "deliveries_max_age"), "retention_deliveries_max_age", parse_age,
+         default='off',
+         doc='an age, as above: the scheduler role removes webhook deliveries `delivered` or `dead` longer ago than this, once an hour; pending and retrying ones are never removed (see [Retention](/operate/retention.md))'),
     _Key(("transparency", "origin"), "transparency_origin", _origin,
          default='`agent-gateway/decisions/<16 hex>`',
          doc='the name of the Decision log in its [checkpoints](/users/checkpoints.md#checkpoints); a signed-note key name: no spaces, no `+`. The default is derived from the signing key (the first 8 bytes of SHA-256 of its SubjectPublicKeyInfo), so it is the same in every process and stays as long as the key'),

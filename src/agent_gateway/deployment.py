@@ -77,6 +77,8 @@ format = "text"
 [retention]
 # Remove Signals that ended more than this long ago, with their Runs, once an hour.
 # signals_max_age = "30d"
+# Remove webhook deliveries delivered or dead more than this long ago, once an hour.
+# deliveries_max_age = "7d"
 """
 
 # The agent: the demo echo agent answers each Message, until you point it at your own.
@@ -91,7 +93,9 @@ mode = "persistent"
 # Its working directory (the Workspace), created when missing.
 workdir = "workspace"
 # Confinement: "auto" runs the agent in a bubblewrap sandbox (its Workspace and the Agent
-# server, nothing else) when bwrap works, and warns otherwise; "bubblewrap" requires it.
+# server, nothing else) when bwrap works; where it cannot, only this echo demo runs (with a
+# warning) and any other agent is refused: install bubblewrap, or set "none" to run it
+# unconfined on purpose. "bubblewrap" requires it. `agent-gateway doctor` says which applies.
 # sandbox = "auto"
 # For an agent that calls an LLM API: the hosts it may reach (through the gateway's proxy)
 # and the variables of the gateway's environment it gets (an API key, say).
@@ -110,7 +114,7 @@ session = "user_{{ userId }}"
 # A fire whose data names a userId continues that User's Session (the agent set it for them).
 LLM_RUNTIME_TEMPLATE = """
 [runtime]
-# The reference LLM agent (pip install 'agent-gateway[llm]'); its options are listed by
+# The reference LLM agent (pip install -e '.[llm]' in a clone); its options are listed by
 # python -m agent_gateway.agent.llm --help. It calls the Agent server's MCP tools at $AGENT_SERVER_URL/mcp.
 command = {command}
 mode = "persistent"

@@ -142,10 +142,13 @@ class Gateway:
         # Each chat channel is read (and its outbox sent) by one worker process at a time, the one
         # leading it; the others stand by (channels.runner).
         self.channels = channel_runners(self.store, settings) if "worker" in roles else []
-        # retention.signals_max_age: the Scheduler role prunes ended Signals once an hour.
+        # retention.*_max_age: the Scheduler role prunes ended Signals and every outbox's closed
+        # deliveries (webhooks', chat channels') once an hour.
+        deliveries_age = settings.retention_deliveries_max_age
+        outbox_ages = dict.fromkeys(retention.OUTBOXES, deliveries_age) if deliveries_age is not None else {}
         self.pruner = (
-            retention.Pruner(self.store, settings.retention_signals_max_age)
-            if "scheduler" in roles and settings.retention_signals_max_age is not None
+            retention.Pruner(self.store, settings.retention_signals_max_age, outbox_ages)
+            if "scheduler" in roles and (settings.retention_signals_max_age is not None or outbox_ages)
             else None
         )
         self.agent_app = self._app("agent-gateway: Agent server", AGENT_DESCRIPTION, agent_routers)

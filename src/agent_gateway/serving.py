@@ -52,7 +52,7 @@ def run(settings: Settings, roles: frozenset[str], *, force: bool = False) -> No
         found.require_migratable(force)
         # An address that is taken is the one line a second gateway on this host gets.
         sockets = _bind(settings) if "api" in roles else {}
-        ops_socket = _listen(settings.ops_listen, "ops_listen") if settings.ops_listen is not None else None
+        ops_socket = listen(settings.ops_listen, "ops_listen") if settings.ops_listen is not None else None
         # Built once this process may serve this database on these addresses: a setting it
         # cannot use (the signing key, a Handler template, a sandbox that cannot start) stops
         # serve before anything is migrated or forked.
@@ -121,12 +121,12 @@ def _connection_budget(settings: Settings) -> connections.Budget:
 
 def _bind(settings: Settings) -> dict[str, socket.socket]:
     return {
-        "public": _listen(settings.public_listen, "public_listen"),
-        "agent": _listen(settings.agent_listen, "agent_listen"),
+        "public": listen(settings.public_listen, "public_listen"),
+        "agent": listen(settings.agent_listen, "agent_listen"),
     }
 
 
-def _listen(address: Address, field: str) -> socket.socket:
+def listen(address: Address, field: str) -> socket.socket:
     """A socket bound to ``address``; one that cannot be bound names the setting ``field`` that moves it."""
     family = socket.AF_INET6 if ":" in address.host else socket.AF_INET
     try:

@@ -12,6 +12,7 @@ from agent_gateway import clock
 from agent_gateway.channels import identities, inbound, outbox, pairing, sender
 from agent_gateway.channels.network import Network, SendFailed
 from agent_gateway.messages import service as messages
+from agent_gateway.signals import retention
 from agent_gateway.store.engine import Store
 from agent_gateway.store.queries import channels as queries
 from agent_gateway.store.queries import signals as signal_queries
@@ -441,3 +442,28 @@ async def test_the_channel_deliveries_are_listed_without_their_text(store: Store
     }
     assert shown["state"] == "pending" and shown["nextAttemptAt"] is not None
     assert await rows(store, channel_deliveries)
+
+
+async def test_retention_takes_closed_channel_deliveries_and_never_an_open_one(store: Store) -> None:
+    """retention.deliveries_max_age and ``agent-gateway prune`` cover this outbox as the webhooks'."""
+    store.channels = frozenset({"matrix"})
+    user_id = await linked(store)
+    await inbound.record(store, "matrix", inbound.PAIRING, [text()], "s1")
+    network = FakeNetwork()
+    frozen = clock.FrozenClock("2026-11-28T04:00:00.000Z")
+    with clock.use(frozen):
+        await send(store, user_id, "delivered")
+        await sender.Sender(store, network).step()
+        network.failing = True
+        await send(store, user_id, "dead")
+        await sender.Sender(store, network).step()  # failed, retried in a second
+        frozen.advance(days=1)
+        await sender.Sender(store, network).step()  # a day on: dead
+        await send(store, user_id, "pending")
+        assert sorted(d.state for d in await deliveries(store)) == ["dead", "delivered", "pending"]
+        frozen.advance(seconds=1)
+        dry = await retention.prune(store, timedelta(0), dry_run=True)
+        assert dry.outboxes["channelDeliveries"] == 2 and len(await deliveries(store)) == 3
+        pruned = await retention.prune(store, timedelta(0))
+    assert pruned.outboxes["channelDeliveries"] == 2
+    assert [d.state for d in await deliveries(store)] == ["pending"]

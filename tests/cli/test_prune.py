@@ -19,7 +19,7 @@ def test_prune_dry_run_then_for_real(config_file: Path, recorded: Recorded) -> N
 
     # Everything here was emitted moments ago.
     assert run_json(config_file, "prune", "--before", "30d") | {"before": None} == {
-        "before": None, "signals": 0, "runs": 0, "dryRun": False
+        "before": None, "signals": 0, "runs": 0, "deliveries": 0, "channelDeliveries": 0, "dryRun": False
     }
     dry = run_json(config_file, "prune", "--before", "0s", "--dry-run")
     assert (dry["signals"], dry["runs"], dry["dryRun"]) == (2, 2, True)

@@ -1,12 +1,14 @@
-"""runtime.sandbox: "none" and "auto" without bwrap run the agent unconfined, saying so once;
-"bubblewrap" without bwrap, and a sandbox that cannot start (a bind path that does not exist), stop
-serve with one line before any Run; egress through the proxy from inside the sandbox."""
+"""runtime.sandbox: "none" runs the agent unconfined, saying so once; "auto" without bwrap runs
+only the bundled echo demo unconfined (with the warning) and refuses any other agent; "bubblewrap"
+without bwrap, and a sandbox that cannot start (a bind path that does not exist), stop serve with one
+line before any Run; egress through the proxy from inside the sandbox."""
 
 from __future__ import annotations
 
 import http.server
 import json
 import socket
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +22,16 @@ pytestmark = pytest.mark.processes
 
 # PATH without bwrap (the gateway and its agent are started by absolute path).
 NO_BWRAP = {"PATH": "/nonexistent"}
+# The bundled echo demo, as `agent-gateway init` writes it.
+ECHO_DEMO = {
+    "AGENT_GATEWAY_RUNTIME_COMMAND": json.dumps([sys.executable, "-m", "agent_gateway.runtimes.echo"]),
+    "AGENT_GATEWAY_RUNTIME_MODE": "persistent",
+}
+AUTO_REFUSES = (
+    'agent-gateway: error: runtime.sandbox = "auto": the agent program cannot be confined ({reason}), and only '
+    "the bundled echo demo runs unconfined; install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap), or set "
+    'runtime.sandbox = "none" to run it unconfined on purpose'
+)
 
 
 def hostile_targets(gateway: served.ServedGateway, deployment: Path) -> str:
@@ -37,9 +49,8 @@ def hostile_targets(gateway: served.ServedGateway, deployment: Path) -> str:
     ("settings", "line"),
     [
         ({"RUNTIME_SANDBOX": "none"}, 'INFO agent_gateway.sandbox.choose: the agent program runs unconfined (runtime.sandbox = "none")'),
-        ({"RUNTIME_SANDBOX": "auto", **NO_BWRAP}, "WARNING agent_gateway.sandbox.choose: the agent program runs UNCONFINED, with the gateway's rights: bwrap was not found on PATH; install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap), or set runtime.sandbox = \"none\""),
     ],
-    ids=["none", "auto-without-bwrap"],
+    ids=["none"],
 )
 def test_unconfined_the_agent_has_the_gateways_rights_and_the_log_says_so_once(
     database_url: str, tmp_path: Path, settings: dict[str, str], line: str
@@ -79,8 +90,24 @@ def test_unconfined_the_agent_has_the_gateways_rights_and_the_log_says_so_once(
             "agent-gateway: error: runtime.sandbox = \"bubblewrap\": the agent program cannot be confined: "
             "runtime.sandbox_rw: {deployment} would show the agent the gateway's {deployment}/gateway.toml",
         ),
+        (
+            {"AGENT_GATEWAY_RUNTIME_SANDBOX": "auto", **NO_BWRAP},
+            AUTO_REFUSES.format(reason="bwrap was not found on PATH"),
+        ),
+        (
+            {"AGENT_GATEWAY_RUNTIME_SANDBOX_RO": '["/nonexistent/agent-config"]'},
+            AUTO_REFUSES.format(reason="runtime.sandbox_ro: /nonexistent/agent-config does not exist"),
+        ),
+        (
+            {"AGENT_GATEWAY_RUNTIME_SANDBOX": "bubblewrap", **NO_BWRAP, **ECHO_DEMO},
+            'agent-gateway: error: runtime.sandbox = "bubblewrap": the agent program cannot be confined: '
+            "bwrap was not found on PATH",
+        ),
     ],
-    ids=["bwrap-missing", "bind-path-missing", "bind-shows-the-config"],
+    ids=[
+        "bwrap-missing", "bind-path-missing", "bind-shows-the-config", "auto-without-bwrap",
+        "auto-default-bind-path-missing", "bubblewrap-even-for-the-echo-demo",
+    ],
 )
 def test_a_sandbox_that_cannot_start_stops_serve_with_one_line(
     tmp_path: Path, settings: dict[str, str], error: str, request: pytest.FixtureRequest
@@ -90,25 +117,38 @@ def test_a_sandbox_that_cannot_start_stops_serve_with_one_line(
     deployment = tmp_path / "deployment"
     assert served.run_cli("init", str(deployment), config=deployment / "gateway.toml").returncode == 0
     env = {**agent_env("hostile_agent.py", "per-run"), **settings}
+    if "AGENT_GATEWAY_RUNTIME_SANDBOX" not in settings:
+        del env["AGENT_GATEWAY_RUNTIME_SANDBOX"]  # the default, "auto"
     result = served.run_cli("serve", config=deployment / "gateway.toml", env=env)
     assert result.returncode == 1
     assert result.stderr.strip() == error.format(deployment=deployment.resolve())
     assert not (deployment / "gateway.db-wal").exists()  # it stopped before serving anything
 
 
-def test_auto_falls_back_with_the_reason_when_the_sandbox_cannot_start(
-    bwrap: str, database_url: str, tmp_path: Path
+@pytest.mark.parametrize(
+    ("settings", "reason"),
+    [
+        (NO_BWRAP, "bwrap was not found on PATH"),
+        ({"AGENT_GATEWAY_RUNTIME_SANDBOX_RO": '["/nonexistent/agent-config"]'},
+         "runtime.sandbox_ro: /nonexistent/agent-config does not exist"),
+    ],
+    ids=["without-bwrap", "sandbox-cannot-start"],
+)
+def test_auto_runs_the_echo_demo_unconfined_with_the_reason_once(
+    database_url: str, tmp_path: Path, settings: dict[str, str], reason: str, request: pytest.FixtureRequest
 ) -> None:
-    env = {**agent_env("trying_agent.py", "per-run"), "AGENT_GATEWAY_RUNTIME_SANDBOX": "auto",
-           "AGENT_GATEWAY_RUNTIME_SANDBOX_RO": '["/nonexistent/agent-config"]'}
-    with served.ServedGateway.start(tmp_path / "deployment", database_url, env) as gateway:
+    """A fresh machine without bubblewrap: the quickstart's echo demo still answers, and says why it is unconfined."""
+    if "PATH" not in settings:
+        request.getfixturevalue("bwrap")
+    with served.ServedGateway.start(tmp_path / "deployment", database_url, {**ECHO_DEMO, **settings}) as gateway:
         conversation = Conversation(gateway)
         conversation.say("hello")
-        assert conversation.answer() == "hello"
-        assert (
+        assert conversation.answer() == "echo: hello"
+        line = (
             "WARNING agent_gateway.sandbox.choose: the agent program runs UNCONFINED, with the gateway's rights: "
-            "runtime.sandbox_ro: /nonexistent/agent-config does not exist; install bubblewrap"
-        ) in gateway.output()
+            f"{reason}; install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap), or set runtime.sandbox = \"none\""
+        )
+        assert sum(l.endswith(line) for l in gateway.output().splitlines()) == 1
 
 
 class _Upstream(http.server.BaseHTTPRequestHandler):

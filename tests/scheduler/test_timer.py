@@ -16,6 +16,7 @@ from prometheus_client import REGISTRY
 from agent_gateway import clock, config
 from agent_gateway.gateway import Gateway
 from agent_gateway.scheduler import service, timer
+from agent_gateway.store import supervisor
 from agent_gateway.store.engine import Store
 from agent_gateway.store.queries import schedules
 from agent_gateway.store.tables import signals as signals_table
@@ -113,7 +114,7 @@ async def test_step_drains_more_than_one_batch(
 async def test_the_timer_logs_a_failure_and_carries_on(
     gateway: Gateway, agent: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setattr(timer, "RETRY_AFTER_ERROR_S", 0.01)
+    monkeypatch.setattr(supervisor, "FIRST_BACKOFF_S", 0.01)
     real_fire_due = service.fire_due
     failures = []
 
@@ -124,7 +125,7 @@ async def test_the_timer_logs_a_failure_and_carries_on(
         return await real_fire_due(conn, limit=limit)
 
     monkeypatch.setattr(service, "fire_due", fire_due_failing_once)
-    with caplog.at_level(logging.ERROR, logger="agent_gateway.scheduler.timer"):
+    with caplog.at_level(logging.ERROR, logger="agent_gateway.store.supervisor"):
         await agent.put("/schedules/now", json={"spec": {"kind": "once", "at": clock.now_iso()}})
 
         async def signalled() -> bool:
@@ -132,7 +133,7 @@ async def test_the_timer_logs_a_failure_and_carries_on(
 
         await eventually(signalled)
     assert failures == [1]
-    assert any("firing failed" in record.getMessage() for record in caplog.records)
+    assert any(record.getMessage().startswith("scheduler timer failed") for record in caplog.records)
 
 
 async def test_fire_lateness_is_observed_once_per_committed_fire(
@@ -158,7 +159,7 @@ async def test_fire_lateness_is_observed_once_per_committed_fire(
         return await real_earliest_fire(conn)
 
     monkeypatch.setattr(service, "earliest_fire", earliest_fire_failing_after_a_fire)
-    monkeypatch.setattr(timer, "RETRY_AFTER_ERROR_S", 0.01)
+    monkeypatch.setattr(supervisor, "FIRST_BACKOFF_S", 0.01)
     count, total = observed()
     frozen.advance(minutes=45)
     # Any write wakes the sleeping timer, which finds "s" due.

@@ -114,7 +114,8 @@ class Sender(woken.WokenLoop):
                 held = await queries.delivered(conn, delivery, at=clock.format_instant(now))
             else:
                 held = await queries.failed(
-                    conn, delivery, error=error, next_at=None if following is None else clock.format_instant(following)
+                    conn, delivery, error=error, next_at=None if following is None else clock.format_instant(following),
+                    at=clock.format_instant(now),
                 )
         outcome = "delivered" if error is None else "failed" if following is not None else "dead"
         if not held:  # its lease ended meanwhile: the outcome is another attempt's

@@ -23,7 +23,8 @@ except ImportError:  # pragma: no cover - an older Typer on the real click
 
 from agent_gateway import deployment, errors
 from agent_gateway.cli import (
-    audit, channels, chat, common, decisions, keys, mcp, messages, retention, schedules, sign, signals, tokens, users,
+    audit, channels, chat, common, decisions, doctor, keys, mcp, messages, retention, schedules, sign, signals, tokens,
+    users,
     webhooks,
 )
 from agent_gateway.cli.common import ConfigOption, fail, load_settings, masked, on_database, with_store
@@ -63,6 +64,7 @@ app.command("prune")(retention.prune)
 app.command("audit")(audit.audit)
 app.command("chat")(chat.chat)
 app.command("mcp")(mcp.mcp)
+app.command("doctor")(doctor.doctor)
 
 
 @app.command()
@@ -81,7 +83,7 @@ def init(
         typer.Option(
             "--agent",
             help="the agent program: echo (a demo that echoes each Message) or llm (the reference LLM "
-            "agent, with --model; needs pip install 'agent-gateway[llm]')",
+            "agent, with --model; needs the llm extra: pip install -e '.[llm]' in a clone)",
         ),
     ] = "echo",
     model: Annotated[
@@ -193,7 +195,7 @@ def _matrix_account(homeserver: str | None, user: str | None, token_stdin: bool)
 def llm_instructions(llm: deployment.LLMAgent) -> str:
     lines = ["The agent is the reference LLM agent: edit its instructions in workspace/instructions.md."]
     if importlib.util.find_spec("pydantic_ai") is None:
-        lines.append("It needs the llm extra: pip install 'agent-gateway[llm]'")
+        lines.append("It needs the llm extra: pip install -e '.[llm]' in a clone of agent-gateway")
     if llm.key_env is not None and llm.base_url is not None:
         lines.append(f"It sends the API key in ${llm.key_env}, if set there (a local server may need none).")
     elif llm.key_env is not None:

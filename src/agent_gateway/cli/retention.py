@@ -1,4 +1,4 @@
-"""``agent-gateway prune``: remove Signals that ended long ago, with their Runs."""
+"""``agent-gateway prune``: remove Signals that ended long ago, with their Runs, and closed webhook deliveries."""
 
 from __future__ import annotations
 
@@ -27,15 +27,16 @@ def prune(
             "--before",
             parser=_age,
             metavar="AGE",
-            help="remove Signals that ended more than AGE ago: 30d, 12h, 90m, 0s (every ended one)",
+            help="remove what ended more than AGE ago: 30d, 12h, 90m, 0s (everything ended)",
             show_default=False,
         ),
     ],
     dry_run: Annotated[bool, typer.Option("--dry-run", help="only count what would be removed")] = False,
     config_path: ConfigOption = None,
 ) -> None:
-    """Remove done and failed Signals that ended before the cutoff, with their Runs, and print
-    how many went (JSON). Pending and processing Signals, Messages, Decisions, Users, Tokens
+    """Remove done and failed Signals that ended before the cutoff, with their Runs, and webhook
+    deliveries delivered or dead before it, and print how many went (JSON). Pending and
+    processing Signals, pending and retrying deliveries, Messages, Decisions, Users, Tokens
     and Schedules are never touched. Safe while the gateway serves: it works in small batches."""
 
     async def work(store: Store) -> dict:

@@ -8,6 +8,10 @@ the Signal Worker's leadership) is a :class:`Sampled` collector of one
 gateway (so are the operator's cancels, made by the CLI from any host); the database pool gauges are set by each process at every flush of
 its counts (:func:`pool_usage`).
 
+One counter lives elsewhere: ``agent_gateway_loop_restarts_total`` is declared by
+``store.supervisor``, which counts the loops it restarts, since the store floor may not
+import this module; it is exposed from the same registry as every other.
+
 With ``http.workers > 1`` the HTTP processes share one set of numbers through
 prometheus_client's multi-process mode (:func:`use_directory`, called before
 the processes fork).

@@ -1,11 +1,16 @@
 """Whether the agent program runs confined: ``runtime.sandbox`` against what this machine can do.
 
 ``"auto"`` (the default) confines when ``bwrap`` is found and a confined
-program starts, and otherwise starts unconfined with one WARNING line saying
-why and how to fix it; ``"bubblewrap"`` refuses to start, with one line
-(:class:`SandboxError`), when it cannot confine; ``"none"`` runs the program
-unconfined, saying so at INFO. The check runs once, when the Signal Worker's
-process starts, before any Run.
+program starts. Where it cannot, it refuses to start (one line,
+:class:`SandboxError`, naming what is missing and the two ways on) any agent
+program but the bundled echo demo, which ships with the gateway and so may
+run unconfined, with one WARNING line saying why and how to fix it: a fresh
+machine without bubblewrap never runs an LLM agent, which anyone writing to
+it can steer, with the gateway's rights unless the operator says so.
+``"bubblewrap"`` refuses to start, with one line, when it cannot confine,
+even the echo demo; ``"none"`` runs the program unconfined, saying so at
+INFO. The check runs once, when the Signal Worker's process starts, before
+any Run (and in ``agent-gateway doctor``, through :func:`confinement`).
 """
 
 from __future__ import annotations
@@ -22,6 +27,13 @@ from agent_gateway.config import Address, Settings
 from agent_gateway.sandbox.bubblewrap import Sandbox, SandboxError
 
 FIX = 'install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap), or set runtime.sandbox = "none"'
+# The two ways on for an agent program "auto" will not run unconfined.
+WAYS_ON = (
+    'install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap), '
+    'or set runtime.sandbox = "none" to run it unconfined on purpose'
+)
+# The bundled echo demo, as `agent-gateway init` writes it: [<a python>, "-m", ECHO_DEMO].
+ECHO_DEMO = "agent_gateway.runtimes.echo"
 
 logger = logging.getLogger(__name__)
 
@@ -35,8 +47,7 @@ def choose(settings: Settings, agent_server: Address) -> Sandbox | None:
     try:
         sandbox = _working(settings, agent_server)
     except SandboxError as exc:
-        if mode == "bubblewrap":
-            raise SandboxError(f'runtime.sandbox = "bubblewrap": the agent program cannot be confined: {exc}') from None
+        _refuse_unless_the_echo_demo(settings, exc)
         logger.warning(
             "the agent program runs UNCONFINED, with the gateway's rights: %s; %s", exc, FIX,
             extra={"action": "sandbox_unavailable"},
@@ -55,6 +66,45 @@ def choose(settings: Settings, agent_server: Address) -> Sandbox | None:
             extra={"action": "sandbox_limits"},
         )
     return sandbox
+
+
+def _refuse_unless_the_echo_demo(settings: Settings, exc: SandboxError) -> None:
+    """Raise the one line ``serve`` stops with when ``settings``' program, which cannot be confined
+    (``exc`` says why), may not run unconfined either; return for the echo demo under ``"auto"``."""
+    if settings.runtime_sandbox == "bubblewrap":
+        raise SandboxError(f'runtime.sandbox = "bubblewrap": the agent program cannot be confined: {exc}') from None
+    if not is_echo_demo(settings.runtime_command):
+        raise SandboxError(
+            f'runtime.sandbox = "auto": the agent program cannot be confined ({exc}), and only the bundled '
+            f"echo demo runs unconfined; {WAYS_ON}"
+        ) from None
+
+
+def is_echo_demo(command: tuple[str, ...] | None) -> bool:
+    """Whether ``command`` runs the bundled echo demo: a Python interpreter, ``-m``, its module."""
+    return (
+        command is not None
+        and len(command) == 3
+        and Path(command[0]).name.startswith("python")
+        and command[1:] == ("-m", ECHO_DEMO)
+    )
+
+
+def confinement(settings: Settings) -> str:
+    """What ``settings``' agent program would run under, in one line, without logging or keeping
+    anything (``agent-gateway doctor``); raises :class:`SandboxError` with the line ``serve``
+    would stop with."""
+    if settings.runtime_command is None:
+        return "no agent program (runtime.command is not set)"
+    if settings.runtime_sandbox == "none":
+        return 'unconfined on purpose (runtime.sandbox = "none")'
+    try:
+        sandbox = _working(settings, settings.agent_listen)
+    except SandboxError as exc:
+        _refuse_unless_the_echo_demo(settings, exc)
+        return f"the echo demo would run UNCONFINED: {exc}; {FIX}"
+    sandbox.discard_group()
+    return f"confined by bubblewrap ({sandbox.bwrap})"
 
 
 def _working(settings: Settings, agent_server: Address) -> Sandbox:

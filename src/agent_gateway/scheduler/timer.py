@@ -23,8 +23,6 @@ logger = logging.getLogger(__name__)
 # Schedules fired per transaction: large enough that a thousand due at once
 # cost a few commits, small enough to hold locks briefly.
 FIRE_BATCH = 100
-# After a failure (the database is unreachable, say), try again this soon.
-RETRY_AFTER_ERROR_S = 1.0
 # A due Schedule this process could not claim is locked by another firer (or
 # writer); look again shortly rather than spin.
 LOCKED_RETRY_S = 0.01
@@ -42,11 +40,8 @@ class Timer(woken.WokenLoop):
     async def _run(self) -> None:
         expect_due = False
         while not self._stopping:
-            try:
-                delay = await self.step(expect_due=expect_due)
-            except Exception:
-                logger.exception("scheduler timer: firing failed; retrying", extra={"action": "fire_failed"})
-                delay = RETRY_AFTER_ERROR_S
+            # A failure (the database went away) raises: the supervisor restarts the loop (store.woken).
+            delay = await self.step(expect_due=expect_due)
             woken = await self._wake.wait(delay)
             # Slept until a fire was due and no write changed that: fire without looking first.
             expect_due = not woken and delay < self.max_sleep_s

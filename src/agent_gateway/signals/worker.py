@@ -88,7 +88,6 @@ class Worker:
         """Recover, then drain and wait until :meth:`stop`."""
         subscription = self._subscription = self.store.subscribe(service.CHANNEL)
         self._cancels = self.store.subscribe(service.CANCEL_CHANNEL)
-        recovered = False
         self.active = True
         try:
             # A long-lived agent (the persistent runtime) starts with the leadership and stops with it.
@@ -101,18 +100,14 @@ class Worker:
                         "Signal Worker: the agent program could not be started ahead of the first Run: %s",
                         type(exc).__name__, extra={"action": "agent_start_failed"},
                     )
+            # A failure here (the database went away, a bug) raises: leadership.lead runs this under
+            # store.supervisor, which logs, counts and restarts it (recovering again, which fails a
+            # Signal this pass left processing).
+            if not self._stop.is_set():
+                await self.recover()
             while not self._stop.is_set():
-                try:
-                    if not recovered:
-                        await self.recover()
-                        recovered = True
-                    while not self._stop.is_set() and await self.process_next():
-                        pass
-                except Exception as exc:  # the database went away: log, then try again after the sweep
-                    logger.error(
-                        "Signal Worker: %s; trying again in %ss", type(exc).__name__, SWEEP_INTERVAL_S,
-                        extra={"action": "worker_error"},
-                    )
+                while not self._stop.is_set() and await self.process_next():
+                    pass
                 await subscription.wait(SWEEP_INTERVAL_S)
         finally:
             self.active = False

@@ -10,8 +10,11 @@ starts, so an old leader that lost its connection (rather than died) has
 noticed and stopped first, and the two never work at once. Losing the
 database or the lock connection (an error, a hang past ``DATABASE_TIMEOUT_S``,
 a session the server ended) sends a process back to standing by: it never
-gives up leading for good. On SQLite there is one process (``serve`` holds a
-file lock), so it always leads.
+gives up leading for good. Nor does the work failing: it runs under
+:func:`supervisor.supervise`, which logs, counts and restarts it while this
+process keeps the lock (before, anything but a database error ended ``lead``,
+and with it the process's leadership, unseen). On SQLite there is one process
+(``serve`` holds a file lock), so it always leads.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from collections.abc import Awaitable, Callable
 
 import asyncpg
 
+from agent_gateway.store import supervisor
 from agent_gateway.store.engine import Store, libpq_dsn
 from agent_gateway.store.unavailable import CONNECTION_LOST
 
@@ -51,9 +55,16 @@ async def lead(
     retry_s: float = RETRY_S,
     check_s: float = CHECK_S,
 ) -> None:
-    """Run ``work`` whenever this process leads ``name``; return when ``work`` returns."""
+    """Run ``work`` whenever this process leads ``name``; return when ``work`` returns.
+
+    ``work`` that raises is restarted (``supervisor.supervise``, under ``name``), never the end of leading.
+    """
+
+    async def supervised() -> None:
+        await supervisor.supervise(name, work)
+
     if store.dialect != "postgresql":
-        await work()
+        await supervised()
         return
     key = lock_key(name)
     while True:
@@ -64,7 +75,7 @@ async def lead(
                 await asyncio.sleep(retry_s)
             await asyncio.sleep(3 * check_s)
             logger.info("leading %s", name, extra={"action": "leadership_acquired"})
-            if await _work_while_leading(conn, work, check_s):
+            if await _work_while_leading(conn, supervised, check_s):
                 return
             logger.warning("lost the lock connection: no longer leading %s", name, extra={"action": "leadership_lost"})
         except _LOST as exc:

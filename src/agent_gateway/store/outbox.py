@@ -12,7 +12,9 @@ two processes never both record one attempt.
 
 An outbox table has the columns ``position`` (insertion order), ``id``,
 ``state``, ``attempts``, ``next_attempt_at``, ``retry_from``, ``last_error``
-and ``delivered_at``, and an index on ``(state, next_attempt_at)``; each
+and ``delivered_at``, and an index on ``(state, next_attempt_at)``. A closed
+row (``delivered``, ``dead``) keeps in ``next_attempt_at`` when it closed,
+which retention reads (``store.queries.retention.Outbox``). Each
 area's queries (``store.queries.webhooks``, ``store.queries.channels``) build
 an :class:`Outbox` on theirs and say what a claim returns.
 """
@@ -98,7 +100,8 @@ class Outbox:
             c.next_attempt_at == sa.bindparam("held_lease"),
         )
         self._delivered = direct.Query(
-            table.update().where(held).values(state=DELIVERED, delivered_at=sa.bindparam("at"), last_error=None)
+            table.update().where(held)
+            .values(state=DELIVERED, delivered_at=sa.bindparam("at"), next_attempt_at=sa.bindparam("at"), last_error=None)
             .returning(c.id)
         )
         self._failed = direct.Query(
@@ -138,10 +141,10 @@ class Outbox:
         """Record a claimed row's success; False when its lease was lost (nothing written)."""
         return bool(await direct.run(conn, self._delivered, at=at, **_params(held)))
 
-    async def failed(self, conn: AsyncConnection, held: Held, *, error: str, next_at: str | None) -> bool:
-        """Record a claimed row's failed attempt: retried at ``next_at``, or dead without one;
-        False when its lease was lost (nothing written)."""
-        state, next_at = (FAILED, next_at) if next_at is not None else (DEAD, held.lease)
+    async def failed(self, conn: AsyncConnection, held: Held, *, error: str, next_at: str | None, at: str) -> bool:
+        """Record a claimed row's failed attempt at ``at``: retried at ``next_at``, or dead without
+        one; False when its lease was lost (nothing written)."""
+        state, next_at = (FAILED, next_at) if next_at is not None else (DEAD, at)
         return bool(await direct.run(conn, self._failed, new_state=state, next_at=next_at, error=error, **_params(held)))
 
     async def next_due(self, conn: AsyncConnection, *, partition: Any = None) -> str | None:

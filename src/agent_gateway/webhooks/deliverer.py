@@ -56,7 +56,6 @@ logger = logging.getLogger(__name__)
 CLAIM_BATCH = 32
 # The longest sleep without looking: the fallback for a wake-up that never came.
 POLL_S = 5.0
-RETRY_AFTER_ERROR_S = 1.0
 BACKOFF_FACTOR = 3
 MAX_RETRY_WAIT_S = 6 * 3600.0
 # How long past its timeout an attempt's claim holds: a sender that died mid-attempt leaves the
@@ -109,14 +108,8 @@ class Deliverer(woken.WokenLoop):
 
     async def _run(self) -> None:
         while not self._stopping:
-            try:
-                delay = await self.step()
-            except Exception as exc:  # the database went away: log, then look again soon
-                logger.error(
-                    "webhook deliverer: %s; trying again in %ss", type(exc).__name__, RETRY_AFTER_ERROR_S,
-                    extra={"action": "deliver_error"},
-                )
-                delay = RETRY_AFTER_ERROR_S
+            # A failure (the database went away) raises: the supervisor restarts the loop (store.woken).
+            delay = await self.step()
             await self._wake.wait(delay)
 
     async def step(self) -> float:
@@ -168,7 +161,8 @@ class Deliverer(woken.WokenLoop):
                 held = await queries.delivered(conn, delivery, at=clock.format_instant(now))
             else:
                 held = await queries.failed(
-                    conn, delivery, error=error, next_at=None if following is None else clock.format_instant(following)
+                    conn, delivery, error=error, next_at=None if following is None else clock.format_instant(following),
+                    at=clock.format_instant(now),
                 )
         outcome = "delivered" if error is None else "failed" if following is not None else "dead"
         if not held:  # its lease ended or the operator retried it meanwhile: the outcome is another's

@@ -24,7 +24,9 @@ def test_the_llm_extra_brings_pydantic_ai_with_mcp_and_the_core_install_does_not
     assert llm.startswith("pydantic-ai-slim[") and "mcp" in llm.split("[")[1].split("]")[0]
     assert "agent-gateway[llm]" in project["optional-dependencies"]["test"]  # so CI tests it
     assert not any("pydantic-ai" in dependency for dependency in project["dependencies"])
-    assert "pip install 'agent-gateway[llm]'" in PAGE.read_text()
+    # From a clone: the project is on no package index, where 'agent-gateway[llm]' would be looked up.
+    assert "pip install -e '.[llm]'" in PAGE.read_text()
+    assert "pip install 'agent-gateway[llm]'" not in PAGE.read_text()
 
 
 def test_the_runtime_table_of_the_page_is_the_one_init_writes() -> None:

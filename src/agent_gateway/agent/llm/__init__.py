@@ -6,5 +6,5 @@ turn, the Session's earlier turns (:mod:`.sessions`) are its memory, the
 gateway's MCP tools at ``$AGENT_SERVER_URL/mcp`` are its tools, and a plain-text
 final answer ends the Run. ``python -m agent_gateway.agent.llm --help`` lists
 its settings; ``agent-gateway init DIR --agent llm`` writes a deployment that
-runs it. Needs the ``llm`` extra (``pip install 'agent-gateway[llm]'``).
+runs it. Needs the ``llm`` extra (``pip install -e '.[llm]'`` in a clone of the repository).
 """

@@ -15,6 +15,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agent_gateway.store import outbox
+from agent_gateway.store.queries import retention
 from agent_gateway.store.outbox import DEAD, DELIVERED, FAILED, OPEN, PENDING, STATES  # noqa: F401 (this area's names)
 from agent_gateway.store.tables import (
     channel_conversations as conversations,
@@ -265,6 +266,9 @@ _OUTBOX = outbox.Outbox(
     ),
     partition=deliveries.c.channel,
 )
+# What retention removes (retention.deliveries_max_age, agent-gateway prune), as for webhooks:
+# delivered and dead rows, closed before the cutoff (store.outbox keeps when in next_attempt_at).
+OUTBOX = retention.Outbox(deliveries, closed=(DELIVERED, DEAD), ended=deliveries.c.next_attempt_at)
 
 
 async def insert(conn: AsyncConnection, rows: Sequence[tuple[Any, ...]]) -> None:
@@ -285,8 +289,8 @@ async def delivered(conn: AsyncConnection, claimed: Claimed, *, at: str) -> bool
     return await _OUTBOX.delivered(conn, claimed.held, at=at)
 
 
-async def failed(conn: AsyncConnection, claimed: Claimed, *, error: str, next_at: str | None) -> bool:
-    return await _OUTBOX.failed(conn, claimed.held, error=error, next_at=next_at)
+async def failed(conn: AsyncConnection, claimed: Claimed, *, error: str, next_at: str | None, at: str) -> bool:
+    return await _OUTBOX.failed(conn, claimed.held, error=error, next_at=next_at, at=at)
 
 
 async def next_due(conn: AsyncConnection, *, channel: str) -> str | None:

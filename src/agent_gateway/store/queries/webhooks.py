@@ -14,8 +14,14 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agent_gateway.store import direct, engine, notifications, outbox
+from agent_gateway.store.queries import retention
 from agent_gateway.store.outbox import DEAD, DELIVERED, FAILED, OPEN, PENDING, STATES  # noqa: F401 (this area's names)
 from agent_gateway.store.tables import webhook_deliveries as deliveries
+# What retention removes (retention.deliveries_max_age, agent-gateway prune): delivered and dead
+# rows closed before the cutoff. Both outcomes set next_attempt_at to when the row closed (no
+# attempt follows: store.outbox), so the (state, next_attempt_at) index finds them without a
+# column of its own.
+OUTBOX = retention.Outbox(deliveries, closed=(DELIVERED, DEAD), ended=deliveries.c.next_attempt_at)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,7 +62,7 @@ class Delivery:
             "state": self.state,
             "attempts": self.attempts,
             "createdAt": self.created_at,
-            # While open, when it is next tried; once delivered or dead, the last attempt's lease.
+            # While open, when it is next tried; once delivered or dead, when it closed (not shown).
             "nextAttemptAt": self.next_attempt_at if self.state in OPEN else None,
             "lastError": self.last_error,
             "deliveredAt": self.delivered_at,
@@ -141,10 +147,10 @@ async def delivered(conn: AsyncConnection, claimed: Claimed, *, at: str) -> bool
     return await _OUTBOX.delivered(conn, _held(claimed), at=at)
 
 
-async def failed(conn: AsyncConnection, claimed: Claimed, *, error: str, next_at: str | None) -> bool:
-    """Record a claimed delivery's failed attempt: retried at ``next_at``, or dead without one;
-    False when its lease was lost (nothing written)."""
-    return await _OUTBOX.failed(conn, _held(claimed), error=error, next_at=next_at)
+async def failed(conn: AsyncConnection, claimed: Claimed, *, error: str, next_at: str | None, at: str) -> bool:
+    """Record a claimed delivery's failed attempt at ``at``: retried at ``next_at``, or dead without
+    one (closed at ``at``, which retention reads); False when its lease was lost (nothing written)."""
+    return await _OUTBOX.failed(conn, _held(claimed), error=error, next_at=next_at, at=at)
 
 
 def _held(claimed: Claimed) -> outbox.Held:
