@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import abc
 
+from agent_gateway import errors
 
-class SendFailed(Exception):
+
+class SendFailed(errors.GatewayError):
     """An attempt to send failed; the message says why (never a secret) and it is retried."""
 
 

@@ -22,6 +22,7 @@ so a retry sends into the same one.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from datetime import timedelta
 
@@ -43,6 +44,10 @@ FIRST_RETRY_S = 1.0
 BACKOFF_FACTOR = 2
 MAX_RETRY_WAIT_S = 60.0
 RETRY_FOR = timedelta(days=1)
+BACKOFF = functools.partial(
+    shared_outbox.next_attempt,
+    first_retry_s=FIRST_RETRY_S, retry_for=RETRY_FOR, factor=BACKOFF_FACTOR, max_wait_s=MAX_RETRY_WAIT_S,
+)
 # One attempt (opening a conversation, then sending) gives up after this long; its claim holds
 # a margin longer, so no other sender takes the delivery while the attempt can still run.
 ATTEMPT_TIMEOUT_S = 30.0
@@ -102,24 +107,7 @@ class Sender(woken.WokenLoop):
             error = str(exc)
         except TimeoutError:
             error = f"no answer within {ATTEMPT_TIMEOUT_S:g}s"
-        now = clock.now()
-        following = None
-        if error is not None:
-            following = shared_outbox.next_attempt(
-                delivery.attempts, now, clock.parse_instant(delivery.retry_from),
-                first_retry_s=FIRST_RETRY_S, retry_for=RETRY_FOR, factor=BACKOFF_FACTOR, max_wait_s=MAX_RETRY_WAIT_S,
-            )
-        async with self.store.transaction() as conn:
-            if error is None:
-                held = await queries.delivered(conn, delivery, at=clock.format_instant(now))
-            else:
-                held = await queries.failed(
-                    conn, delivery, error=error, next_at=None if following is None else clock.format_instant(following),
-                    at=clock.format_instant(now),
-                )
-        outcome = "delivered" if error is None else "failed" if following is not None else "dead"
-        if not held:  # its lease ended meanwhile: the outcome is another attempt's
-            outcome = "superseded"
+        outcome, now = await queries.record(self.store, delivery, error, BACKOFF)
         metrics.channel_messages.labels(self.network.name, "out", outcome).inc()
         if outcome == "delivered":
             latency = (now - clock.parse_instant(delivery.created_at)).total_seconds()

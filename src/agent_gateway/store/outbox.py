@@ -24,14 +24,16 @@ from __future__ import annotations
 import dataclasses
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from agent_gateway import clock
 from agent_gateway.store import direct
+from agent_gateway.store.engine import Store
 
 PENDING, FAILED, DELIVERED, DEAD = "pending", "failed", "delivered", "dead"
 STATES = (PENDING, FAILED, DELIVERED, DEAD)
@@ -66,6 +68,11 @@ def next_attempt(
     wait = min(first_retry_s * factor ** (attempts - 1), max_wait_s)
     following = now + timedelta(seconds=wait)
     return None if following > retry_from + retry_for else following
+
+
+# When a sender tries a row again after its n-th failed attempt, from now and the row's
+# retry_from (next_attempt with the sender's figures); None: never, the row is dead.
+Backoff = Callable[[int, datetime, datetime], datetime | None]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,15 +144,28 @@ class Outbox:
         extra = {} if partition is None else {"partition": partition}
         return await direct.run(conn, self._claim[conn.dialect.name], now=now, lease=lease, limit=limit, **extra)
 
-    async def delivered(self, conn: AsyncConnection, held: Held, *, at: str) -> bool:
-        """Record a claimed row's success; False when its lease was lost (nothing written)."""
-        return bool(await direct.run(conn, self._delivered, at=at, **_params(held)))
-
-    async def failed(self, conn: AsyncConnection, held: Held, *, error: str, next_at: str | None, at: str) -> bool:
-        """Record a claimed row's failed attempt at ``at``: retried at ``next_at``, or dead without
-        one; False when its lease was lost (nothing written)."""
-        state, next_at = (FAILED, next_at) if next_at is not None else (DEAD, at)
-        return bool(await direct.run(conn, self._failed, new_state=state, next_at=next_at, error=error, **_params(held)))
+    async def record(
+        self, store: Store, held: Held, error: str | None, *, retry_from: str, backoff: Backoff
+    ) -> tuple[str, datetime]:
+        """Record how one claimed attempt went, in a transaction of its own, while its lease is
+        still held: delivered when ``error`` is None, else failed and retried when ``backoff``
+        (:func:`next_attempt` with a sender's figures) gives a time, else dead. The outcome
+        (``delivered``, ``failed``, ``dead``, or ``superseded`` when the lease was lost meanwhile:
+        the outcome is another attempt's, and nothing was written) and when it was recorded. A
+        closed row keeps that time in ``next_attempt_at``, which retention reads."""
+        now = clock.now()
+        at = clock.format_instant(now)
+        following = None if error is None else backoff(held.attempts, now, clock.parse_instant(retry_from))
+        if error is None:
+            statement, outcome, values = self._delivered, DELIVERED, {"at": at}
+        elif following is not None:
+            statement, outcome = self._failed, FAILED
+            values = {"new_state": FAILED, "next_at": clock.format_instant(following), "error": error}
+        else:
+            statement, outcome, values = self._failed, DEAD, {"new_state": DEAD, "next_at": at, "error": error}
+        async with store.transaction() as conn:
+            still_held = bool(await direct.run(conn, statement, **values, **_params(held)))
+        return (outcome if still_held else "superseded"), now
 
     async def next_due(self, conn: AsyncConnection, *, partition: Any = None) -> str | None:
         """When the earliest open row is due (a lease's end for one being sent); None when none is open."""

@@ -154,6 +154,26 @@ schedules = sa.Table(
     sa.Index(None, "next_fire_at", "name"),
 )
 
+
+def outbox_columns() -> list[sa.SchemaItem]:
+    """What every outbox table has (store.outbox), new objects for each table that asks."""
+    return [
+        sa.Column("state", sa.String(16), nullable=False),
+        sa.Column("attempts", sa.Integer, nullable=False),
+        # When it is next due; a claim moves it past the attempt (the lease), so a sender that
+        # dies mid-attempt leaves it due again once the lease is over. A closed row keeps here
+        # when it closed (retention reads it).
+        sa.Column("next_attempt_at", Instant, nullable=False),
+        # Retries end (dead) a sender's retry_for after this: the row's writing, or an
+        # operator's retry.
+        sa.Column("retry_from", Instant, nullable=False),
+        sa.Column("last_error", sa.Text, nullable=True),
+        sa.Column("delivered_at", Instant, nullable=True),
+        sa.CheckConstraint("state IN ('pending', 'failed', 'delivered', 'dead')", name="state"),
+        sa.Index(None, "state", "next_attempt_at"),
+    ]
+
+
 # The webhook outbox: one row per (endpoint, event), written in the transaction of the event
 # it reports (webhooks/outbox.py), sent at least once by the deliverer (webhooks/deliverer.py).
 webhook_deliveries = sa.Table(
@@ -173,18 +193,8 @@ webhook_deliveries = sa.Table(
     sa.Column("body", sa.Text, nullable=True),
     sa.Column("decision_seq", sa.BigInteger, nullable=True),
     sa.Column("created_at", Instant, nullable=False),
-    sa.Column("state", sa.String(16), nullable=False),
-    sa.Column("attempts", sa.Integer, nullable=False),
-    # When it is next due; a claim moves it past the attempt (the lease), so a sender that
-    # dies mid-attempt leaves it due again once the lease is over.
-    sa.Column("next_attempt_at", Instant, nullable=False),
-    # Retries end (dead) retry_for after this: the event, or the operator's `webhooks retry`.
-    sa.Column("retry_from", Instant, nullable=False),
-    sa.Column("last_error", sa.Text, nullable=True),
-    sa.Column("delivered_at", Instant, nullable=True),
-    sa.CheckConstraint("state IN ('pending', 'failed', 'delivered', 'dead')", name="state"),
+    *outbox_columns(),
     sa.CheckConstraint("(body IS NULL) <> (decision_seq IS NULL)", name="body"),
-    sa.Index(None, "state", "next_attempt_at"),
     sqlite_autoincrement=True,
 )
 
@@ -257,14 +267,7 @@ channel_deliveries = sa.Table(
     sa.Column("message_id", Uuid, nullable=True),
     sa.Column("text", sa.Text, nullable=False),
     sa.Column("created_at", Instant, nullable=False),
-    sa.Column("state", sa.String(16), nullable=False),
-    sa.Column("attempts", sa.Integer, nullable=False),
-    sa.Column("next_attempt_at", Instant, nullable=False),
-    sa.Column("retry_from", Instant, nullable=False),
-    sa.Column("last_error", sa.Text, nullable=True),
-    sa.Column("delivered_at", Instant, nullable=True),
-    sa.CheckConstraint("state IN ('pending', 'failed', 'delivered', 'dead')", name="state"),
+    *outbox_columns(),
     sa.CheckConstraint("kind IN ('message', 'notice')", name="kind"),
-    sa.Index(None, "state", "next_attempt_at"),
     sqlite_autoincrement=True,
 )

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import itertools
 import logging
 import time
@@ -96,6 +97,7 @@ class Deliverer(woken.WokenLoop):
         self.endpoints = {endpoint.url: endpoint for endpoint in endpoints}
         self.policy = policy
         self._sender = Sender(policy.timeout_s)
+        self._backoff = functools.partial(next_attempt, first_retry_s=policy.first_retry_s, retry_for=policy.retry_for)
         # Each claim and outcome leaves dead row versions in the outbox's index (store.vacuum).
         self._vacuum = Vacuum(store, "webhook_deliveries")
 
@@ -149,24 +151,7 @@ class Deliverer(woken.WokenLoop):
             headers = signing.headers(endpoint.secret, delivery.id, clock.now(), body)
             error = await self._sender.post(delivery.url, body, headers, allow_private=endpoint.allow_private)
         metrics.webhook_attempt_duration.observe(time.perf_counter() - started)
-        now = clock.now()
-        following = None
-        if error is not None:
-            following = next_attempt(
-                delivery.attempts, now, clock.parse_instant(delivery.retry_from),
-                first_retry_s=self.policy.first_retry_s, retry_for=self.policy.retry_for,
-            )
-        async with self.store.transaction() as conn:
-            if error is None:
-                held = await queries.delivered(conn, delivery, at=clock.format_instant(now))
-            else:
-                held = await queries.failed(
-                    conn, delivery, error=error, next_at=None if following is None else clock.format_instant(following),
-                    at=clock.format_instant(now),
-                )
-        outcome = "delivered" if error is None else "failed" if following is not None else "dead"
-        if not held:  # its lease ended or the operator retried it meanwhile: the outcome is another's
-            outcome = "superseded"
+        outcome, now = await queries.record(self.store, delivery, error, self._backoff)
         metrics.webhook_deliveries.labels(outcome).inc()
         if outcome == "delivered":
             metrics.webhook_delivery_latency.observe((now - clock.parse_instant(delivery.created_at)).total_seconds())

@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from agent_gateway import errors
 from agent_gateway.store import outbox
+from agent_gateway.store.engine import Store
 from agent_gateway.store.queries import retention
 from agent_gateway.store.outbox import DEAD, DELIVERED, FAILED, OPEN, PENDING, STATES  # noqa: F401 (this area's names)
 from agent_gateway.store.tables import (
@@ -29,7 +32,7 @@ from agent_gateway.store.tables import (
 MESSAGE, NOTICE = "message", "notice"
 
 
-class IdentityTaken(Exception):
+class IdentityTaken(errors.GatewayError):
     """The identity is already linked (to this User or another)."""
 
 
@@ -285,12 +288,12 @@ async def claim_due(conn: AsyncConnection, *, channel: str, now: str, lease: str
     return sorted((Claimed(*row, lease=lease) for row in rows), key=lambda claimed: claimed.position)
 
 
-async def delivered(conn: AsyncConnection, claimed: Claimed, *, at: str) -> bool:
-    return await _OUTBOX.delivered(conn, claimed.held, at=at)
-
-
-async def failed(conn: AsyncConnection, claimed: Claimed, *, error: str, next_at: str | None, at: str) -> bool:
-    return await _OUTBOX.failed(conn, claimed.held, error=error, next_at=next_at, at=at)
+async def record(
+    store: Store, claimed: Claimed, error: str | None, backoff: outbox.Backoff
+) -> tuple[str, datetime]:
+    """Record how the attempt of a claimed delivery went (``store.outbox.Outbox.record``): its
+    outcome and when."""
+    return await _OUTBOX.record(store, claimed.held, error, retry_from=claimed.retry_from, backoff=backoff)
 
 
 async def next_due(conn: AsyncConnection, *, channel: str) -> str | None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -142,15 +143,12 @@ async def claim_due(conn: AsyncConnection, *, now: str, lease: str, limit: int) 
     return sorted((Claimed(*row, lease=lease) for row in rows), key=lambda claimed: claimed.position)
 
 
-async def delivered(conn: AsyncConnection, claimed: Claimed, *, at: str) -> bool:
-    """Record a claimed delivery's success; False when its lease was lost (nothing written)."""
-    return await _OUTBOX.delivered(conn, _held(claimed), at=at)
-
-
-async def failed(conn: AsyncConnection, claimed: Claimed, *, error: str, next_at: str | None, at: str) -> bool:
-    """Record a claimed delivery's failed attempt at ``at``: retried at ``next_at``, or dead without
-    one (closed at ``at``, which retention reads); False when its lease was lost (nothing written)."""
-    return await _OUTBOX.failed(conn, _held(claimed), error=error, next_at=next_at, at=at)
+async def record(
+    store: engine.Store, claimed: Claimed, error: str | None, backoff: outbox.Backoff
+) -> tuple[str, datetime]:
+    """Record how the attempt of a claimed delivery went (``store.outbox.Outbox.record``): its
+    outcome and when."""
+    return await _OUTBOX.record(store, _held(claimed), error, retry_from=claimed.retry_from, backoff=backoff)
 
 
 def _held(claimed: Claimed) -> outbox.Held:
