@@ -270,9 +270,8 @@ async def test_in_a_group_room_only_mentions_are_heard(deployment: Deployment, p
     assert await count(gateway, users) == 1
 
 
+@pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)  # several processes share PostgreSQL only
 async def test_two_processes_never_send_one_delivery_twice(deployment: Deployment, people) -> None:  # type: ignore[no-untyped-def]
-    if not deployment.settings.database_url.startswith("postgresql"):
-        pytest.skip("several serving processes share a PostgreSQL database only")
     first = await deployment.start()
     second = await deployment.start()
     alice = people()
