@@ -34,8 +34,9 @@ async def test_the_agent_speaks_chat_completions_and_fails_a_run_per_provider_fa
         runtime = tomllib.loads(config)["runtime"]
         assert runtime["allow_hosts"] == [base_url.removeprefix("http://").removesuffix("/v1")]
         assert runtime["env_pass"] == ["STANDIN_API_KEY"]
-        # Short timeouts, one retry: the settings of the agent, on its command line.
-        command = [*served_llm.command(directory), "--timeout", "1", "--retries", "1"]
+        # Short timeouts (under the stand-in's SLOW_S, far over its other answers even on a busy
+        # machine), one retry: the settings of the agent, on its command line.
+        command = [*served_llm.command(directory), "--timeout", "3", "--retries", "1"]
         variables["AGENT_GATEWAY_RUNTIME_COMMAND"] = json.dumps(command)
         with served_llm.gateway(directory, variables) as gateway:
             [user] = served_llm.users(gateway, 1)
