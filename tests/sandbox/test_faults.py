@@ -46,15 +46,21 @@ async def sandbox(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
         yield None
         return
     request.getfixturevalue("bwrap")
+    confinement = confined(tmp_path)
+    yield confinement
+    await confinement.close()
+
+
+def confined(tmp_path: Path) -> Sandbox:
+    """A sandbox whose program writes its records in ``tmp_path/agent-files``."""
     (tmp_path / "agent-files").mkdir(exist_ok=True)
     settings = config.Settings(
         token_ttl_ms=1, runtime_sandbox="bubblewrap", runtime_workdir=tmp_path / "workspace",
         runtime_sandbox_rw=(tmp_path / "agent-files",),
     )
     confinement = choose.choose(settings, config.Address("127.0.0.1", 9999))
-    yield confinement
     assert confinement is not None
-    await confinement.close()
+    return confinement
 
 
 def runtime(argv: tuple[str, ...], sandbox: Sandbox | None, tmp_path: Path) -> CommandRuntime:
@@ -164,3 +170,37 @@ async def test_a_persistent_program_killed_mid_run_fails_that_run_and_is_started
         assert [call["run"]["id"] for call in agent.calls()] == ["r-1", "r-2"]  # r-2 by a program started again
     finally:
         await persistent.close()
+
+
+async def test_everything_confined_ends_when_the_gateways_end_of_the_lifeline_closes(
+    bwrap: str, tmp_path: Path
+) -> None:
+    """bubblewrap asks to die with its parent only after it cloned the sandbox's first process, so a gateway
+    killed in between leaves bubblewrap's die-with-parent unarmed. The lifeline does not depend on it: its
+    write end closes with the gateway process, however it ends (here: ``Sandbox.close``, with bubblewrap and
+    the runtime left running), and everything inside ends."""
+    confinement = confined(tmp_path)
+    agent = Agent(tmp_path)
+    persistent = PersistentRuntime(
+        (sys.executable, str(AGENT), str(agent.record)), agent_server_url=URL, workdir=tmp_path / "workspace",
+        sandbox=confinement,
+    )
+    try:
+        # The warm program stays after its Run, and so does the child it started.
+        await persistent.run(Run("r-1", "s-1", None, "spawn", "running", None, "x", None))
+        program, child = agent.pid(0), agent.child()
+        assert not ended(program) and not ended(child)
+        await confinement.close()
+        await until(lambda: ended(program) and ended(child))
+    finally:
+        await persistent.close()
+        await confinement.close()
+
+
+def ended(pid: int) -> bool:
+    """Whether process ``pid`` has ended (a zombie nobody reaped yet has ended too)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")

@@ -103,6 +103,7 @@ async def spawn(
             # and stopping it reaches whatever it started.
             start_new_session=True,
             preexec_fn=_die_with(os.getpid(), sandbox),
+            pass_fds=sandbox.inherited() if sandbox is not None else (),
             limit=limit,
         )
     )

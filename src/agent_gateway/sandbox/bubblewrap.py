@@ -27,7 +27,12 @@ bubblewrap runs in the agent's process group with SIGTERM and SIGINT blocked,
 so the gateway's SIGTERM to the group reaches the agent program (which
 ``inside.py`` unblocks) and its grace period, while bubblewrap's processes
 stay until the program exits; ``--die-with-parent`` and the PID namespace
-end everything inside when the program or the gateway ends. No
+end everything inside when the program or the gateway ends. bubblewrap asks
+to die with its parent only after it has cloned the sandbox's first process,
+so a gateway killed in that window would leave a sandbox running beside the
+next leader's Runs: each sandbox also holds the read end of a pipe whose
+write end only the gateway process holds (the *lifeline*), and ``inside.py``
+ends everything inside when it reads the end of it. No
 ``--new-session``: it would take the agent out of the process group that the
 gateway stops, and the program has no terminal to misuse (stdin, stdout and
 stderr are pipes and the group has no controlling terminal).
@@ -124,6 +129,7 @@ class Sandbox:
         self._directory: str | None = None
         self._group: cgroups.Group | None = None
         self._ends: list[Relay | EgressProxy] = []
+        self._lifeline: tuple[int, int] | None = None
         self._lock = asyncio.Lock()
 
     # --- the gateway's ends ------------------------------------------------------
@@ -135,10 +141,12 @@ class Sandbox:
         return self._directory
 
     async def prepare(self) -> None:
-        """Start the relay to the Agent server (and the egress proxy), unless they run."""
+        """Start the relay to the Agent server (and the egress proxy) and open the lifeline, unless done."""
         async with self._lock:
             if self._ends:
                 return
+            # Not inheritable (PEP 446): no other program the gateway starts holds the write end.
+            self._lifeline = os.pipe()
             directory = self.directory()
             self.group()
             server = self.agent_server.connectable
@@ -152,9 +160,13 @@ class Sandbox:
             self._ends = ends
 
     async def close(self) -> None:
+        """Stop the gateway's ends; closing the lifeline ends whatever still runs confined."""
         ends, self._ends = self._ends, []
         for end in ends:
             await end.close()
+        lifeline, self._lifeline = self._lifeline, None
+        for fd in lifeline or ():
+            os.close(fd)
         if self._directory is not None:
             shutil.rmtree(self._directory, ignore_errors=True)
             self._directory = None
@@ -178,6 +190,10 @@ class Sandbox:
             name = f"agent-gateway-{os.getpid()}-{id(self):x}"
             self._group = cgroups.create(name, self.max_processes, self.memory_limit_mb * 1024 * 1024)
         return self._group
+
+    def inherited(self) -> tuple[int, ...]:
+        """The file descriptors the confined program's bubblewrap inherits: the lifeline's read end."""
+        return (self._lifeline[0],) if self._lifeline is not None else ()
 
     def enter(self) -> None:
         """What bubblewrap's process runs between fork and exec: join the agent's cgroup, and block
@@ -219,6 +235,7 @@ class Sandbox:
             "forward": forward,
             "nproc": self.max_processes,
             "data": self.memory_limit_mb * 1024 * 1024,
+            "lifeline": self._lifeline[0] if self._lifeline is not None else None,
         }
         args = [
             self.bwrap,

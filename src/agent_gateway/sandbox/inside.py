@@ -3,7 +3,7 @@
 Run by bubblewrap as ``python -I -S inside.py SETUP ARGV...`` with the
 gateway's own interpreter (standard library only, no ``site``: it starts in
 ~15 ms). SETUP is JSON: ``{"forward": {"<port>": "<unix socket>"},
-"nproc": N, "data": BYTES}``.
+"nproc": N, "data": BYTES, "lifeline": FD or null}``.
 
 1. It listens on ``127.0.0.1:<port>`` of the sandbox's own loopback for each
    forwarded port (before anything else runs, so the agent's first request
@@ -12,7 +12,10 @@ gateway's own interpreter (standard library only, no ``site``: it starts in
    The agent keeps a plain ``http://127.0.0.1:<port>`` URL; the sandbox's
    network namespace has no other way out. The forwarder is forked twice
    over, so that the agent, its parent otherwise, never waits for it; it
-   dies with the sandbox's PID namespace when the agent exits.
+   dies with the sandbox's PID namespace when the agent exits. It also holds
+   the lifeline (``bubblewrap.py``): when the gateway's end of it closes, the
+   gateway is gone (or closed the sandbox), and it kills everything in the
+   sandbox's PID namespace; the agent itself holds no end of it.
 2. It sets the limits (``RLIMIT_NPROC``, ``RLIMIT_DATA``), unblocks the
    signals the gateway blocked for bubblewrap's own processes, and execs the
    agent program.
@@ -35,11 +38,14 @@ BACKLOG = 128
 
 def main() -> None:
     setup, argv = json.loads(sys.argv[1]), sys.argv[2:]
+    lifeline = setup.get("lifeline")
     listeners = [(_listen(int(port)), path) for port, path in setup["forward"].items()]
-    if listeners:
-        _fork_forwarder(listeners)
+    if listeners or lifeline is not None:
+        _fork_forwarder(listeners, lifeline)
     for listener, _ in listeners:
         listener.close()
+    if lifeline is not None:
+        os.close(lifeline)
     for limit, value in ((resource.RLIMIT_NPROC, setup["nproc"]), (resource.RLIMIT_DATA, setup["data"])):
         resource.setrlimit(limit, (value, value))
     # The gateway blocked SIGTERM and SIGINT for bubblewrap's processes, so that its SIGTERM to
@@ -60,7 +66,7 @@ def _listen(port: int) -> socket.socket:
     return listener
 
 
-def _fork_forwarder(listeners: list) -> None:
+def _fork_forwarder(listeners: list, lifeline) -> None:
     child = os.fork()
     if child:
         os.waitpid(child, 0)
@@ -74,8 +80,16 @@ def _fork_forwarder(listeners: list) -> None:
     threads = [threading.Thread(target=_accept, args=pair, daemon=True) for pair in listeners]
     for thread in threads:
         thread.start()
-    for thread in threads:
-        thread.join()
+    if lifeline is None:  # the start-up check's sandbox: it ends with its ``true``
+        for thread in threads:
+            thread.join()
+        os._exit(0)
+    # Nothing is ever written to the lifeline: this returns when the gateway's end closes.
+    while os.read(lifeline, 1):
+        pass
+    # Everything in the sandbox's PID namespace but its init and this process; its init (bubblewrap)
+    # then exits with the agent, and the namespace ends.
+    os.kill(-1, signal.SIGKILL)
     os._exit(0)
 
 
