@@ -4,6 +4,7 @@ what each prints, and each refusal as one line, exit 1, nothing changed."""
 from __future__ import annotations
 
 import asyncio
+import sys
 import uuid
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from agent_gateway.store.engine import Store
 from agent_gateway.store.tables import channel_identities, channel_pairings, users
 from tests import served
 from tests.channels.test_machinery import ALICE, linked, rows, text
+from tests.terminal import Terminal
 
 pytestmark = pytest.mark.processes
 
@@ -70,6 +72,14 @@ async def test_pairing_commands(store: Store, tmp_path: Path) -> None:
         tmp_path, store, ("pairing", "approve", carol, "--user", "not-a-user"),
         "--user must be a UUID",
     )
+    # Linked by the operator meanwhile: approving would admit a User for nothing, or link twice.
+    holder = await linked(store, "matrix:@carol:example.org")
+    for extra in ((), ("--user", shown["user"])):
+        await refused(
+            tmp_path, store, ("pairing", "approve", carol, *extra),
+            "matrix:@carol:example.org is already linked to another User",
+        )
+    assert [row.user_id for row in await rows(store, channel_identities) if row.identity.endswith("carol:example.org")] == [holder]
     denied = await cli(tmp_path, store.url, "pairing", "deny", carol)
     assert denied.returncode == 0 and await rows(store, channel_pairings) == []
 
@@ -131,6 +141,33 @@ def test_init_writes_the_matrix_table_and_the_token_file(tmp_path: Path) -> None
         "https://matrix.example.org", "@agent:example.org", "pairing"
     )
     assert settings.matrix_access_token_file == token_file
+
+
+def test_init_asks_for_the_matrix_token_at_a_hidden_prompt(tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    token = "syt_typed_at_the_prompt"
+    terminal = Terminal(
+        [sys.executable, "-m", "agent_gateway", "init", str(tmp_path / "d"), "--matrix-homeserver",
+         "https://matrix.example.org", "--matrix-user", "@agent:example.org"],
+        env=served.cli_env(tmp_path / "none.toml"),
+    )
+    request.addfinalizer(terminal.close)
+    # click writes the prompt, then getpass the space once echo is off: typing before it could be lost.
+    terminal.expect("The Matrix account's access token: ")
+    terminal.send(token)
+    assert terminal.wait() == 0, terminal.output
+    assert token not in terminal.output  # the prompt hides what is typed
+    assert (tmp_path / "d" / "matrix-token").read_text().strip() == token
+
+
+def test_init_without_a_terminal_asks_for_matrix_token_stdin(tmp_path: Path) -> None:
+    result = served.run_cli(
+        "init", str(tmp_path / "d"), "--matrix-homeserver", "https://matrix.example.org",
+        "--matrix-user", "@agent:example.org", config=tmp_path / "none.toml", input="",
+    )
+    assert (result.returncode, result.stderr) == (
+        1, "agent-gateway: error: stdin is not a terminal: pass --matrix-token-stdin to read the access token from it\n"
+    )
+    assert not (tmp_path / "d").exists()
 
 
 @pytest.mark.parametrize(

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from datetime import timedelta
 
 import pytest
 import sqlalchemy as sa
+from prometheus_client import REGISTRY
 
 from agent_gateway import clock
 from agent_gateway.channels import identities, inbound, outbox, pairing, sender
@@ -248,6 +250,17 @@ async def test_only_text_is_read(store: Store) -> None:
     assert await inbound.record(store, "matrix", inbound.PAIRING, [stranger], "s2") == [inbound.IGNORED]
 
 
+async def test_a_notice_said_once_is_said_once_in_its_conversation_across_reads(store: Store) -> None:
+    await linked(store)
+    cannot = inbound.Received("@alice:example.org", ROOM, inbound.UNREADABLE, "cannot read that", once=True)
+    elsewhere = dataclasses.replace(cannot, conversation="!other:example.org")
+    # As after a restart: each read is its own call, nothing remembered in between but the store.
+    assert await inbound.record(store, "matrix", inbound.PAIRING, [cannot], "s1") == [inbound.REPLIED]
+    assert await inbound.record(store, "matrix", inbound.PAIRING, [cannot], "s2") == [inbound.IGNORED]
+    assert await inbound.record(store, "matrix", inbound.PAIRING, [elsewhere], "s3") == [inbound.REPLIED]
+    assert [(d.kind, d.identity) for d in await deliveries(store)] == [("notice", ALICE), ("notice", ALICE)]
+
+
 async def test_the_read_position_is_committed_with_what_was_stored(store: Store) -> None:
     user_id = await linked(store)
     await inbound.record(store, "matrix", inbound.PAIRING, [text(words="one")], "s1")
@@ -467,3 +480,45 @@ async def test_retention_takes_closed_channel_deliveries_and_never_an_open_one(s
         pruned = await retention.prune(store, timedelta(0))
     assert pruned.outboxes["channelDeliveries"] == 2
     assert [d.state for d in await deliveries(store)] == ["pending"]
+
+
+# --- metrics ------------------------------------------------------------------------------------------
+
+
+def sample(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+async def test_each_outcome_is_counted_in_the_channel_metrics(store: Store) -> None:
+    """What the operator's dashboard reads (docs/operate/health-metrics.md): every inbound outcome, each
+    pairing outcome, each delivery outcome, the outbox's depth and the delivery latency."""
+    store.channels = frozenset({"matrix"})
+    names = [
+        ("agent_gateway_channel_messages_total", {"channel": "matrix", "direction": "in", "outcome": outcome})
+        for outcome in ("stored", "pairing", "ignored", "replied")
+    ] + [
+        ("agent_gateway_channel_messages_total", {"channel": "matrix", "direction": "out", "outcome": outcome})
+        for outcome in ("delivered", "failed")
+    ] + [
+        ("agent_gateway_channel_pairing_requests_total", {"channel": "matrix", "outcome": outcome})
+        for outcome in ("issued", "pending")
+    ] + [("agent_gateway_channel_delivery_latency_seconds_count", {"channel": "matrix"})]
+    before = [sample(name, **labels) for name, labels in names]
+    with clock.use(clock.FrozenClock(clock.now_iso())) as frozen:
+        user_id = await linked(store)
+        unreadable = inbound.Received("@alice:example.org", ROOM, inbound.UNREADABLE)
+        stranger = text("@bob:example.org")
+        await inbound.record(store, "matrix", inbound.PAIRING, [text(), unreadable, stranger, stranger], "s1")
+        await send(store, user_id, "answer")
+        network = FakeNetwork()
+        network.failing = True
+        loop = sender.Sender(store, network)
+        await loop.step()  # three deliveries (the notice, the code, the answer): all fail
+        assert sample("agent_gateway_channel_outbox_depth", channel="matrix") == 3
+        network.failing = False
+        frozen.advance(minutes=1)
+        await loop.step()
+    assert sample("agent_gateway_channel_outbox_depth", channel="matrix") == 0
+    after = [sample(name, **labels) for name, labels in names]
+    # in: stored, pairing, ignored, replied; out: delivered, failed; pairing: issued, pending; latency count
+    assert [b - a for a, b in zip(before, after, strict=True)] == [1, 1, 1, 1, 3, 3, 1, 1, 3]

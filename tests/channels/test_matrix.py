@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import signal
+from pathlib import Path
 
+import httpx
+import nio
 import pytest
 import sqlalchemy as sa
 
@@ -18,7 +22,8 @@ from agent_gateway.ops import metrics
 from agent_gateway.store.queries import channels as queries
 from agent_gateway.store.tables import channel_pairings, messages, users
 from tests import servers
-from tests.channels.conftest import Deployment, Person, until
+from tests.channels.conftest import CEILING_S, Deployment, Person, until
+from tests.served import ServedGateway, free_port
 
 pytestmark = [pytest.mark.processes, pytest.mark.xdist_group("matrix")]
 
@@ -257,6 +262,32 @@ async def test_a_user_who_never_wrote_gets_a_direct_room(deployment: Deployment,
     assert await heard_from_agent(alice, room, deployment.agent, 1) == [("m.text", "hello, first")]
 
 
+async def test_an_encrypted_room_is_told_once_that_the_agent_cannot_read_it(deployment: Deployment, people) -> None:  # type: ignore[no-untyped-def]
+    gateway = await deployment.start()
+    alice = people()
+    room, _ = await paired(deployment, gateway, alice)
+    # What an encrypting client sends (no library here can encrypt: the ciphertext is never read).
+    scrambled = {
+        "algorithm": "m.megolm.v1.aes-sha2", "ciphertext": "AwgAEnAc", "device_id": "ALICEDEVICE",
+        "sender_key": "c2VuZGVyIGtleSBub3QgcmVhbA", "session_id": "c2Vzc2lvbiBub3QgcmVhbA",
+    }
+    for _ in range(2):
+        answer = await alice.client.room_send(room, "m.room.encrypted", scrambled)
+        assert isinstance(answer, nio.RoomSendResponse), answer
+    said = await heard_from_agent(alice, room, deployment.agent, 3)
+    assert said[2][0] == "m.notice" and "cannot read encrypted messages" in said[2][1]
+    await until(lambda: all_delivered(gateway), what="the notice delivered")
+    # After a restart, another encrypted message: no second notice. A text afterwards is answered,
+    # so everything before it has been read.
+    await deployment.stop(gateway)
+    gateway = await deployment.start()
+    answer = await alice.client.room_send(room, "m.room.encrypted", scrambled)
+    assert isinstance(answer, nio.RoomSendResponse), answer
+    await alice.say(room, "still there?")
+    said = await heard_from_agent(alice, room, deployment.agent, 4)
+    assert said[2:] == [said[2], ("m.text", "echo: still there?")]
+
+
 async def test_in_a_group_room_only_mentions_are_heard(deployment: Deployment, people) -> None:  # type: ignore[no-untyped-def]
     gateway = await deployment.start(matrix_policy="open")
     alice, bob = people(), people()
@@ -283,3 +314,45 @@ async def test_two_processes_never_send_one_delivery_twice(deployment: Deploymen
     await asyncio.sleep(1)  # proving nothing more arrives: a second copy would come now
     said = await alice.heard(room, deployment.agent)
     assert sorted(body for _, body in said[2:]) == sorted(f"answer {n}" for n in range(10))
+
+
+async def test_a_gateway_killed_between_storing_and_sending_sends_after_restart_once(  # type: ignore[no-untyped-def]
+    running_homeserver: servers.Homeserver, people, database_url: str, tmp_path: Path
+) -> None:
+    """A real ``serve`` killed with SIGKILL while its outbound Message is stored and not yet sent
+    (the homeserver is down, so no attempt can succeed): the next ``serve`` sends it, once."""
+    agent, token = running_homeserver.register()
+    (tmp_path / "matrix-token").write_text(token)
+    env = {
+        "AGENT_GATEWAY_CHANNELS_MATRIX_HOMESERVER": running_homeserver.url,
+        "AGENT_GATEWAY_CHANNELS_MATRIX_USER_ID": agent,
+        "AGENT_GATEWAY_CHANNELS_MATRIX_ACCESS_TOKEN_FILE": str(tmp_path / "matrix-token"),
+    }
+    alice = people()
+    directory = tmp_path / "deployment"
+    with ServedGateway.start(directory, database_url, env) as first:
+        user_id = first.cli_json("users", "add")["id"]
+        assert first.cli("users", "link", user_id, f"matrix:{alice.user_id}").returncode == 0
+        running_homeserver.stop()
+        async with httpx.AsyncClient(timeout=CEILING_S) as client:
+            sent = await client.post(f"{first.agent_url}/messages", json={"userId": user_id, "text": "stored, then killed"})
+        assert sent.status_code == 201, sent.text
+        [delivery] = first.cli_json("channels", "deliveries")
+        assert delivery["state"] in ("pending", "failed") and delivery["message"] == sent.json()["id"]
+        assert first.stop(signal.SIGKILL) == -signal.SIGKILL
+    running_homeserver.restart()
+    # The same deployment on the same database, on new ports.
+    listen = {name: f"127.0.0.1:{free_port()}" for name in first.env if name.endswith("_LISTEN")}
+    second = ServedGateway.spawn(directory, {**first.env, **listen})
+    try:
+        [room] = await until(alice.invites, what="an invite")
+        await alice.join(room)
+        assert await heard_from_agent(alice, room, agent, 1) == [("m.text", "stored, then killed")]
+
+        async def delivered() -> bool:
+            return [d["state"] for d in second.cli_json("channels", "deliveries")] == ["delivered"]
+
+        await until(delivered, what="the delivery recorded as delivered")
+        assert await alice.heard(room, agent) == [("m.text", "stored, then killed")]
+    finally:
+        second.stop()

@@ -46,12 +46,14 @@ STORED, PAIRING_REPLY, IGNORED, REPLIED = "stored", "pairing", "ignored", "repli
 class Received:
     """One message a person wrote: who (their address on the channel), where (the conversation
     to answer in), what kind and, for text, the text (never logged); for what cannot be read,
-    the reply to send instead (default :data:`ONLY_TEXT`)."""
+    the reply to send instead (default :data:`ONLY_TEXT`), and whether that reply is said only
+    ``once`` in the conversation, across restarts and processes."""
 
     address: str
     conversation: str
     kind: str
     text: str = ""
+    once: bool = False
 
 
 async def take(conn: AsyncConnection, channel: str, policy: str, received: Received) -> str:
@@ -72,7 +74,12 @@ async def take(conn: AsyncConnection, channel: str, policy: str, received: Recei
         else:
             return IGNORED
     if received.kind != TEXT:
-        await outbox.add_notice(conn, channel, identity, received.conversation, received.text or ONLY_TEXT)
+        reply = received.text or ONLY_TEXT
+        if received.once and await queries.notice_recorded(
+            conn, channel=channel, conversation=received.conversation, text=reply
+        ):
+            return IGNORED
+        await outbox.add_notice(conn, channel, identity, received.conversation, reply)
         return REPLIED
     message = await messages.receive(conn, user_id, received.text)
     await queries.set_conversation(conn, queries.Conversation(

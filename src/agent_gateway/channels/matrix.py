@@ -106,7 +106,8 @@ class Matrix(Network):
         self._client: nio.AsyncClient | None = None
         # Rooms whose invite said is_direct (a room of at most two members is direct anyway).
         self._direct: set[str] = set()
-        # Rooms told the agent cannot read encryption, by this process.
+        # Rooms told the agent cannot read encryption: read from the outbox once per room and process
+        # (inbound.take), so that a flood of encrypted events costs one query per room.
         self._told: set[str] = set()
         self._catching_up = False
 
@@ -233,7 +234,7 @@ class Matrix(Network):
             return inbound.Received(event.sender, room_id, inbound.UNREADABLE)
         if isinstance(event, nio.MegolmEvent) and room_id not in self._told:
             self._told.add(room_id)
-            return inbound.Received(event.sender, room_id, inbound.UNREADABLE, CANNOT_DECRYPT)
+            return inbound.Received(event.sender, room_id, inbound.UNREADABLE, CANNOT_DECRYPT, once=True)
         return None
 
     async def open_conversation(self, address: str) -> str:

@@ -305,6 +305,15 @@ async def set_delivery_conversation(conn: AsyncConnection, *, id: str, conversat
     await conn.execute(deliveries.update().where(deliveries.c.id == id).values(conversation=conversation))
 
 
+async def notice_recorded(conn: AsyncConnection, *, channel: str, conversation: str, text: str) -> bool:
+    """Whether the notice ``text`` is already in ``channel``'s outbox for ``conversation`` (sent or not)."""
+    query = sa.select(deliveries.c.position).where(
+        deliveries.c.channel == channel, deliveries.c.conversation == conversation,
+        deliveries.c.kind == NOTICE, deliveries.c.text == text,
+    )
+    return (await conn.execute(query.limit(1))).first() is not None
+
+
 async def depth(conn: AsyncConnection, *, channel: str) -> int:
     """How many of ``channel``'s deliveries are open (pending or failed)."""
     query = sa.select(sa.func.count()).where(_OUTBOX.is_open, deliveries.c.channel == channel)
