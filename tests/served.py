@@ -24,6 +24,8 @@ from agent_gateway import deployment
 SRC = Path(__file__).resolve().parents[1] / "src"
 # A ceiling, not an expectation: on a loaded two-core machine a start takes seconds.
 START_TIMEOUT_S = 300
+LISTENERS = ("AGENT_GATEWAY_PUBLIC_LISTEN", "AGENT_GATEWAY_AGENT_LISTEN", "AGENT_GATEWAY_OPS_LISTEN")
+LISTEN_TRIES = 3
 
 
 def free_port() -> int:
@@ -133,27 +135,34 @@ class ServedGateway:
         else:
             result = run_cli("init", str(directory), config=directory / "gateway.toml", src=src)
             assert result.returncode == 0, result.stderr
-        # A free port can be taken by another test between its pick and serve's bind:
-        # then serve says so in one line, and it is started again on other free ports.
-        for attempt in range(3):
-            extra = {
-                "AGENT_GATEWAY_DATABASE_URL": database_url,
-                "AGENT_GATEWAY_PUBLIC_LISTEN": f"127.0.0.1:{free_port()}",
-                "AGENT_GATEWAY_AGENT_LISTEN": f"127.0.0.1:{free_port()}",
-                "AGENT_GATEWAY_OPS_LISTEN": f"127.0.0.1:{free_port()}",
-                "AGENT_GATEWAY_AUTH_SCRYPT_LOGN": "10",
-                **(env or {}),
-            }
-            try:
-                gateway = cls.spawn(directory, extra, descriptors=descriptors, src=src)
-                break
-            except RuntimeError as exc:
-                if attempt == 2 or "Address already in use" not in str(exc):
-                    raise
+        extra = {"AGENT_GATEWAY_DATABASE_URL": database_url, "AGENT_GATEWAY_AUTH_SCRYPT_LOGN": "10", **(env or {})}
+        gateway = cls.spawn_on_free_ports(directory, extra, descriptors=descriptors, src=src)
         try:
             yield gateway
         finally:
             gateway.stop()
+
+    @classmethod
+    def spawn_on_free_ports(
+        cls,
+        directory: Path,
+        extra: dict[str, str],
+        args: tuple[str, ...] = (),
+        *,
+        descriptors: int | None = None,
+        src: Path = SRC,
+    ) -> ServedGateway:
+        """:meth:`spawn` with its three listeners on free loopback ports of their own (``extra``'s
+        listen addresses replaced). A port found free can be taken by another test between its pick
+        and serve's bind: serve then says so in one line, and it is started again on new ones."""
+        for attempt in range(LISTEN_TRIES):
+            ports = {name: f"127.0.0.1:{free_port()}" for name in LISTENERS}
+            try:
+                return cls.spawn(directory, {**extra, **ports}, args, descriptors=descriptors, src=src)
+            except RuntimeError as exc:
+                if attempt == LISTEN_TRIES - 1 or "Address already in use" not in str(exc):
+                    raise
+        raise AssertionError("unreachable")
 
     @classmethod
     def spawn(

@@ -23,7 +23,7 @@ from agent_gateway.store.queries import channels as queries
 from agent_gateway.store.tables import channel_pairings, messages, users
 from tests import servers
 from tests.channels.conftest import CEILING_S, Deployment, Person, until
-from tests.served import ServedGateway, free_port
+from tests.served import ServedGateway
 
 pytestmark = [pytest.mark.processes, pytest.mark.xdist_group("matrix")]
 
@@ -342,8 +342,7 @@ async def test_a_gateway_killed_between_storing_and_sending_sends_after_restart_
         assert first.stop(signal.SIGKILL) == -signal.SIGKILL
     running_homeserver.restart()
     # The same deployment on the same database, on new ports.
-    listen = {name: f"127.0.0.1:{free_port()}" for name in first.env if name.endswith("_LISTEN")}
-    second = ServedGateway.spawn(directory, {**first.env, **listen})
+    second = ServedGateway.spawn_on_free_ports(directory, first.env)
     try:
         [room] = await until(alice.invites, what="an invite")
         await alice.join(room)

@@ -31,24 +31,6 @@ def hooked_env(receiver: Receiver, events: tuple[str, ...] = ("decision.publishe
     }
 
 
-def spawn_beside(first: served.ServedGateway) -> served.ServedGateway:
-    """A second ``serve`` of ``first``'s deployment on ports of its own. A port found free can
-    be taken by another test before the process binds it: then it is tried on new ones."""
-    for attempt in range(3):
-        env = {
-            **first.env,
-            "AGENT_GATEWAY_PUBLIC_LISTEN": f"127.0.0.1:{served.free_port()}",
-            "AGENT_GATEWAY_AGENT_LISTEN": f"127.0.0.1:{served.free_port()}",
-            "AGENT_GATEWAY_OPS_LISTEN": f"127.0.0.1:{served.free_port()}",
-        }
-        try:
-            return served.ServedGateway.spawn(first.directory, env)
-        except RuntimeError as exc:
-            if "Address already in use" not in str(exc) or attempt == 2:
-                raise
-    raise AssertionError("unreachable")
-
-
 def publish(gateway: served.ServedGateway, statement: str) -> dict:
     response = httpx.post(f"{gateway.agent_url}/decisions", json={"statement": statement}, timeout=120)
     assert response.status_code == 201, response.text
@@ -84,7 +66,7 @@ def test_two_processes_never_send_one_delivery_at_once(tmp_path: Path, database_
     receiver.delay_s = 0.02  # each request takes a moment: time for another sender to collide
     env = hooked_env(receiver)
     with served.ServedGateway.start(tmp_path / "deployment", database_url, env) as first:
-        second = spawn_beside(first)
+        second = served.ServedGateway.spawn_on_free_ports(first.directory, first.env)  # ports of its own
         try:
             count = 60
             for n in range(count):

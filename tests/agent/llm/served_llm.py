@@ -55,7 +55,7 @@ def command(directory: Path) -> list[str]:
 
 @contextlib.contextmanager
 def gateway(directory: Path, variables: dict[str, str]) -> Iterator[served.ServedGateway]:
-    started = served.ServedGateway.spawn(directory, variables)
+    started = served.ServedGateway.spawn_on_free_ports(directory, variables)
     try:
         yield started
     finally:
