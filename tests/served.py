@@ -143,22 +143,14 @@ class ServedGateway:
             gateway.stop()
 
     @classmethod
-    def spawn_on_free_ports(
-        cls,
-        directory: Path,
-        extra: dict[str, str],
-        args: tuple[str, ...] = (),
-        *,
-        descriptors: int | None = None,
-        src: Path = SRC,
-    ) -> ServedGateway:
+    def spawn_on_free_ports(cls, directory: Path, extra: dict[str, str], *args: Any, **options: Any) -> ServedGateway:
         """:meth:`spawn` with its three listeners on free loopback ports of their own (``extra``'s
         listen addresses replaced). A port found free can be taken by another test between its pick
         and serve's bind: serve then says so in one line, and it is started again on new ones."""
         for attempt in range(LISTEN_TRIES):
             ports = {name: f"127.0.0.1:{free_port()}" for name in LISTENERS}
             try:
-                return cls.spawn(directory, {**extra, **ports}, args, descriptors=descriptors, src=src)
+                return cls.spawn(directory, {**extra, **ports}, *args, **options)
             except RuntimeError as exc:
                 if attempt == LISTEN_TRIES - 1 or "Address already in use" not in str(exc):
                     raise

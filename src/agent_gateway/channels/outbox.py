@@ -84,10 +84,8 @@ def _row(
 
 
 async def _insert(conn: AsyncConnection, rows: list[tuple[object, ...]]) -> None:
-    if rows:
-        await queries.insert(conn, rows)
-        for channel in sorted({row[1] for row in rows}):
-            engine.notify(conn, wake(str(channel)))
+    for channel in sorted({str(row[1]) for row in rows}):
+        await queries.insert(conn, [row for row in rows if row[1] == channel], wake=wake(channel))
 
 
 async def newest(store: Store, *, limit: int, state: str | None = None) -> list[queries.Delivery]:

@@ -22,6 +22,7 @@ an :class:`Outbox` on theirs and say what a claim returns.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import random
 import time
 from collections.abc import Callable, Sequence
@@ -32,13 +33,73 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agent_gateway import clock
-from agent_gateway.store import direct
+from agent_gateway.store import direct, engine, notifications
 from agent_gateway.store.engine import Store
 
 PENDING, FAILED, DELIVERED, DEAD = "pending", "failed", "delivered", "dead"
 STATES = (PENDING, FAILED, DELIVERED, DEAD)
 # The states a sender may claim a row in.
 OPEN = (PENDING, FAILED)
+
+
+# Rows per SQLite statement, well under its limit of bound values (32,766).
+SQLITE_ROWS = 512
+
+
+class NewRows:
+    """How an outbox table's new rows are written, ``pending`` with no attempt, in no round trip
+    of their own where the database allows it.
+
+    On SQLite, one multi-row ``VALUES`` list per :data:`SQLITE_ROWS` rows, run on the driver:
+    SQLite runs it once, where an executemany resets and steps a statement for each row. On
+    PostgreSQL, a data-modifying WITH clause named ``name`` over one array per column
+    (:attr:`with_clause`, :meth:`arrays`), which another statement carries: the one that writes
+    the event they report, or the one that sends the transaction's NOTIFY (``engine.carry``);
+    their array parameters are named after ``name``, so that two outboxes' rows can share one.
+    ``columns`` are ``(name, PostgreSQL type)`` in the order each row's values are given.
+    """
+
+    def __init__(self, table: str, name: str, columns: Sequence[tuple[str, str]]) -> None:
+        self.table = table
+        self.columns = tuple(column for column, _ in columns)
+        self._params = tuple(f"{name}_{column}" for column in self.columns)
+        arrays = ", ".join(f"CAST(:{param} AS {kind}[])" for param, (_, kind) in zip(self._params, columns, strict=True))
+        names = ", ".join(self.columns)
+        self.with_clause = (
+            f"{name} AS (INSERT INTO {table} ({names}, state, attempts) "
+            f"SELECT {names}, '{PENDING}', 0 FROM unnest({arrays}) AS r({names}))"
+        )
+        self._carried = engine.Carried(self.with_clause, self.arrays)
+        self._alone = direct.Query(sa.text(f"WITH {self.with_clause} {POSTGRES_NOTIFY}"))
+
+    def arrays(self, rows: Sequence[tuple[Any, ...]]) -> dict[str, list[Any]]:
+        """The parameters of :attr:`with_clause` for ``rows``."""
+        return dict(zip(self._params, (list(column) for column in zip(*rows, strict=True)), strict=True))
+
+    @functools.lru_cache(maxsize=64)  # noqa: B019 (a few instances, made once at import)
+    def sqlite(self, count: int) -> str:
+        """The SQLite statement writing ``count`` rows (state and attempts written into it, not bound)."""
+        row = f"({', '.join('?' * len(self.columns))}, '{PENDING}', 0)"
+        return f"INSERT INTO {self.table} ({', '.join(self.columns)}, state, attempts) VALUES {', '.join([row] * count)}"
+
+    async def insert(self, conn: AsyncConnection, rows: Sequence[tuple[Any, ...]], *, channel: str) -> None:
+        """Write ``rows`` in the caller's transaction and wake ``channel`` once it commits. On
+        PostgreSQL the transaction's last statement writes them: until then it does not see them."""
+        if not rows:
+            return
+        if conn.dialect.name != "postgresql":
+            for start in range(0, len(rows), SQLITE_ROWS):
+                chunk = rows[start : start + SQLITE_ROWS]
+                await direct.run_sqlite(conn, self.sqlite(len(chunk)), [value for row in chunk for value in row])
+            engine.notify(conn, channel)
+            return
+        if engine.carry(conn, self._carried, rows, channel):
+            return
+        await direct.run(conn, self._alone, channel=notifications.PG_CHANNEL, payload=None, **self.arrays(rows))
+
+
+# The NOTIFY that ends a statement carrying new rows (its payload None: none).
+POSTGRES_NOTIFY = "SELECT pg_notify(:channel, :payload) WHERE CAST(:payload AS text) IS NOT NULL"
 
 
 def row_id() -> str:

@@ -80,7 +80,7 @@ def _rows(
     event: str, urls: Sequence[str], deliveries: Iterable[tuple[str, str | None, int | None]]
 ) -> list[tuple[Any, ...]]:
     """A pending delivery to each of ``urls`` of each ``(instant, body, decision_seq)``, in the
-    order of ``store.queries.webhooks.COLUMNS``."""
+    order of ``store.queries.webhooks.NEW_ROWS``' columns."""
     now = clock.now_iso()
     return [(delivery_id(), url, event, text, seq, at, now, at) for at, text, seq in deliveries for url in urls]
 

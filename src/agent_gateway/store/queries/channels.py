@@ -255,11 +255,12 @@ class Delivery:
         }
 
 
-# The columns a new delivery is written with, in the order insert() takes them.
-COLUMNS = (
-    "id", "channel", "identity", "conversation", "kind", "user_id", "message_id", "text",
-    "created_at", "next_attempt_at", "retry_from",
-)
+# A new delivery's columns, in the order insert() takes them (store.outbox.NewRows).
+NEW_ROWS = outbox.NewRows("channel_deliveries", "channel_delivered", (
+    ("id", "text"), ("channel", "text"), ("identity", "text"), ("conversation", "text"), ("kind", "text"),
+    ("user_id", "text"), ("message_id", "text"), ("text", "text"), ("created_at", "text"),
+    ("next_attempt_at", "text"), ("retry_from", "text"),
+))
 _OUTBOX = outbox.Outbox(
     deliveries,
     (
@@ -274,12 +275,10 @@ _OUTBOX = outbox.Outbox(
 OUTBOX = retention.Outbox(deliveries, closed=(DELIVERED, DEAD), ended=deliveries.c.next_attempt_at)
 
 
-async def insert(conn: AsyncConnection, rows: Sequence[tuple[Any, ...]]) -> None:
-    """Record pending deliveries, each a tuple of the :data:`COLUMNS`, in the caller's transaction."""
-    if rows:
-        await conn.execute(
-            deliveries.insert(), [dict(zip(COLUMNS, row, strict=True), state=PENDING, attempts=0) for row in rows]
-        )
+async def insert(conn: AsyncConnection, rows: Sequence[tuple[Any, ...]], *, wake: str) -> None:
+    """Record pending deliveries, each a tuple of :data:`NEW_ROWS`' columns, in the caller's
+    transaction, and wake ``wake`` once it commits (on PostgreSQL written by its last statement)."""
+    await NEW_ROWS.insert(conn, rows, channel=wake)
 
 
 async def claim_due(conn: AsyncConnection, *, channel: str, now: str, lease: str, limit: int) -> list[Claimed]:

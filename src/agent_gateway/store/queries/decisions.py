@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agent_gateway import jsontext, records
-from agent_gateway.store import direct, engine, notifications
+from agent_gateway.store import direct, engine, notifications, outbox
 from agent_gateway.store import window as windows
 from agent_gateway.store.engine import Store
 from agent_gateway.store.queries import tree, webhooks
@@ -88,7 +88,7 @@ _POSTGRES_DECISIONS = (
 )
 _POSTGRES_INSERT = direct.Query(sa.text(f"WITH {_POSTGRES_WITH} {_POSTGRES_DECISIONS}"))
 _POSTGRES_INSERT_DELIVERING = direct.Query(sa.text(
-    f"WITH {_POSTGRES_WITH}, decided AS ({_POSTGRES_DECISIONS}), {webhooks.POSTGRES_WITH} {webhooks.POSTGRES_NOTIFY}"
+    f"WITH {_POSTGRES_WITH}, decided AS ({_POSTGRES_DECISIONS}), {webhooks.NEW_ROWS.with_clause} {outbox.POSTGRES_NOTIFY}"
 ))
 
 
@@ -117,7 +117,7 @@ async def insert(
         payload = engine.notify_in_statement(conn, channel)
         await direct.run(
             conn, _POSTGRES_INSERT_DELIVERING, channel=notifications.PG_CHANNEL, payload=payload,
-            **columns, **webhooks.postgres_arrays(deliveries),
+            **columns, **webhooks.NEW_ROWS.arrays(deliveries),
         )
         return
     rows = [

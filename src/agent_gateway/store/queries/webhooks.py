@@ -6,7 +6,6 @@ Its states, claims, leases and outcomes are the shared outbox's (``store.outbox`
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -14,7 +13,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from agent_gateway.store import direct, engine, notifications, outbox
+from agent_gateway.store import engine, outbox
 from agent_gateway.store.queries import retention
 from agent_gateway.store.outbox import DEAD, DELIVERED, FAILED, OPEN, PENDING, STATES  # noqa: F401 (this area's names)
 from agent_gateway.store.tables import webhook_deliveries as deliveries
@@ -70,64 +69,20 @@ class Delivery:
         }
 
 
-# The columns a new delivery is written with, in the order insert() takes them.
-COLUMNS = ("id", "url", "event", "body", "decision_seq", "created_at", "next_attempt_at", "retry_from")
-
-
-@functools.lru_cache(maxsize=64)
-def _sqlite_insert(count: int) -> str:
-    # One statement for all the rows: SQLite runs a multi-row VALUES list once, where an
-    # executemany resets and steps a statement for each row (a fifth less time per row).
-    # The state and attempts are written into it, not bound: each row binds only its own values.
-    row = f"({', '.join('?' * len(COLUMNS))}, '{PENDING}', 0)"
-    return f"INSERT INTO webhook_deliveries ({', '.join(COLUMNS)}, state, attempts) VALUES {', '.join([row] * count)}"
-
-
-# Rows per SQLite statement, well under its limit of bound values (32,766).
-_SQLITE_ROWS = 512
-# On PostgreSQL the rows go in as a data-modifying WITH clause of another statement: the one
-# that writes their event (store.queries.decisions) or the one that sends their transaction's NOTIFY
-# (engine.carry), so that they cost no round trip of their own.
-POSTGRES_WITH = (
-    "delivered AS (INSERT INTO webhook_deliveries "
-    "(id, url, event, body, decision_seq, created_at, state, attempts, next_attempt_at, retry_from) "
-    f"SELECT d.id, d.url, d.event, d.body, d.decision_seq, d.created_at, '{PENDING}', 0, d.next_attempt_at, "
-    "d.retry_from FROM unnest(CAST(:ids AS text[]), CAST(:urls AS text[]), CAST(:events AS text[]), "
-    "CAST(:bodies AS text[]), CAST(:decision_seqs AS bigint[]), CAST(:created_ats AS text[]), "
-    "CAST(:next_attempt_ats AS text[]), CAST(:retry_froms AS text[])) "
-    "AS d(id, url, event, body, decision_seq, created_at, next_attempt_at, retry_from))"
-)
-# The NOTIFY that ends such a statement (its payload None: none).
-POSTGRES_NOTIFY = "SELECT pg_notify(:channel, :payload) WHERE CAST(:payload AS text) IS NOT NULL"
-_ARRAYS = ("ids", "urls", "events", "bodies", "decision_seqs", "created_ats", "next_attempt_ats", "retry_froms")
-
-
-def postgres_arrays(rows: Sequence[tuple[Any, ...]]) -> dict[str, list[Any]]:
-    """The parameters of :data:`POSTGRES_WITH` for ``rows`` (as :func:`insert` takes them)."""
-    return dict(zip(_ARRAYS, (list(column) for column in zip(*rows, strict=True)), strict=True))
-
-
-_CARRIED = engine.Carried(POSTGRES_WITH, postgres_arrays)
-_POSTGRES_INSERT = direct.Query(sa.text(f"WITH {POSTGRES_WITH} {POSTGRES_NOTIFY}"))
+# A new delivery's columns, in the order insert() takes them. On PostgreSQL its rows go in as a
+# WITH clause of another statement: the one that writes their event (store.queries.decisions)
+# or the one that sends their transaction's NOTIFY (store.outbox.NewRows).
+NEW_ROWS = outbox.NewRows("webhook_deliveries", "delivered", (
+    ("id", "text"), ("url", "text"), ("event", "text"), ("body", "text"), ("decision_seq", "bigint"),
+    ("created_at", "text"), ("next_attempt_at", "text"), ("retry_from", "text"),
+))
 
 
 async def insert(conn: AsyncConnection, rows: Sequence[tuple[Any, ...]], *, channel: str) -> None:
-    """Record pending deliveries, each a tuple of the :data:`COLUMNS` (one of ``body`` and
-    ``decision_seq`` None), in order, in the caller's transaction, and wake ``channel`` once
-    it commits.
-
-    On PostgreSQL they are written by the transaction's last statement (``engine.carry``):
-    until then this transaction does not see them.
-    """
-    if conn.dialect.name != "postgresql":
-        for start in range(0, len(rows), _SQLITE_ROWS):
-            chunk = rows[start : start + _SQLITE_ROWS]
-            await direct.run_sqlite(conn, _sqlite_insert(len(chunk)), [value for row in chunk for value in row])
-        engine.notify(conn, channel)
-        return
-    if engine.carry(conn, _CARRIED, rows, channel):
-        return
-    await direct.run(conn, _POSTGRES_INSERT, channel=notifications.PG_CHANNEL, payload=None, **postgres_arrays(rows))
+    """Record pending deliveries, each a tuple of :data:`NEW_ROWS`' columns (one of ``body`` and
+    ``decision_seq`` None), in order, in the caller's transaction, and wake ``channel`` once it
+    commits (on PostgreSQL written by the transaction's last statement)."""
+    await NEW_ROWS.insert(conn, rows, channel=channel)
 
 
 _OUTBOX = outbox.Outbox(deliveries, (
