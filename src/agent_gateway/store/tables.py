@@ -125,6 +125,9 @@ runs = sa.Table(
     sqlite_autoincrement=True,
 )
 
+# Literal, not bound: a partial index serves only a condition the planner sees whole.
+INBOUND_ONLY = sa.text("direction = 'inbound'")
+
 messages = sa.Table(
     "messages",
     metadata,
@@ -136,6 +139,10 @@ messages = sa.Table(
     sa.Column("text", sa.Text, nullable=False),
     sa.Column("created_at", Instant, nullable=False),
     sa.CheckConstraint("direction IN ('inbound', 'outbound')", name="direction"),
+    # A User's most recent inbound Message, found in one step however many outbound ones follow
+    # it (where a channel sends an answer: store.queries.channels.routes). Partial, so an outbound
+    # Message writes no entry; a query uses it only with the literal 'inbound' (INBOUND_ONLY).
+    sa.Index("ix_messages_inbound", "user_id", "seq", sqlite_where=INBOUND_ONLY, postgresql_where=INBOUND_ONLY),
 )
 
 schedules = sa.Table(

@@ -11,16 +11,18 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+import orjson
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agent_gateway import errors
-from agent_gateway.store import outbox
+from agent_gateway.store import direct, outbox
 from agent_gateway.store.engine import Store
 from agent_gateway.store.queries import retention
 from agent_gateway.store.outbox import DEAD, DELIVERED, FAILED, OPEN, PENDING, STATES  # noqa: F401 (this area's names)
 from agent_gateway.store.tables import (
+    INBOUND_ONLY,
     channel_conversations as conversations,
     channel_deliveries as deliveries,
     channel_identities as identities,
@@ -171,15 +173,25 @@ class Route:
 
 _LAST_INBOUND = (
     sa.select(sa.func.max(messages.c.seq))
-    .where(messages.c.user_id == identities.c.user_id, messages.c.direction == "inbound")
+    .where(messages.c.user_id == identities.c.user_id, INBOUND_ONLY)
     .scalar_subquery()
 )
 # One statement (one round trip) on an outbound Message's path: each identity of the Users,
 # with the User's conversation and most recent inbound seq beside it.
+# Straight on the driver (store.direct), the Users given as one parameter: a PostgreSQL array,
+# a JSON array on SQLite.
 _ROUTES = (
     sa.select(identities.c.user_id, identities.c.identity, *conversations.c, _LAST_INBOUND)
     .select_from(identities.outerjoin(conversations, conversations.c.user_id == identities.c.user_id))
 )
+_ROUTES_OF = {
+    "postgresql": direct.Query(
+        _ROUTES.where(identities.c.user_id == sa.any_(sa.cast(sa.bindparam("user_ids"), postgresql.ARRAY(sa.Text))))
+    ),
+    "sqlite": direct.Query(_ROUTES.where(identities.c.user_id.in_(
+        sa.select(sa.column("value")).select_from(sa.func.json_each(sa.bindparam("user_ids")))
+    ))),
+}
 
 
 async def routes(conn: AsyncConnection, user_ids: Sequence[str]) -> dict[str, Route]:
@@ -187,7 +199,8 @@ async def routes(conn: AsyncConnection, user_ids: Sequence[str]) -> dict[str, Ro
     linked: dict[str, list[str]] = {}
     held: dict[str, Conversation | None] = {}
     last: dict[str, int | None] = {}
-    for row in await conn.execute(_ROUTES.where(identities.c.user_id.in_(list(user_ids)))):
+    given = list(user_ids) if conn.dialect.name == "postgresql" else orjson.dumps(list(user_ids)).decode()
+    for row in await direct.run(conn, _ROUTES_OF[conn.dialect.name], user_ids=given):
         user_id, name, *conversation, last_seq = row
         linked.setdefault(user_id, []).append(name)
         held[user_id] = None if conversation[0] is None else Conversation(*conversation)
