@@ -103,6 +103,8 @@ class Gateway:
         self.checkpoints = transparency_service.Checkpoints(
             self.store, transparency_service.signer(settings, self.identity)
         )
+        # Read at start, so that a witness the signing key cannot have stops the gateway in one line.
+        self.witnesses = transparency_service.witnesses(settings, self.identity)
         self.streams = Hub(self.store, settings)
         # Asked in order by every protected Public route; see auth/schemes.py.
         # An operator adds schemes in Python: gateway.auth_schemes.append(MyScheme()).

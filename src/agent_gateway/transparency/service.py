@@ -13,12 +13,12 @@ import hashlib
 from cryptography.hazmat.primitives import serialization
 
 from agent_gateway import errors, merkle
-from agent_gateway.config import Settings
+from agent_gateway.config import Settings, SettingsError
 from agent_gateway.decisions.service import DecisionNotFound
 from agent_gateway.signatures.identity import SigningIdentity
 from agent_gateway.store.engine import Store
 from agent_gateway.store.queries import tree
-from agent_gateway.transparency import note
+from agent_gateway.transparency import note, witness
 
 ORIGIN_PREFIX = "agent-gateway/decisions/"
 
@@ -36,6 +36,39 @@ def origin(settings: Settings, identity: SigningIdentity) -> str:
 
 def signer(settings: Settings, identity: SigningIdentity) -> note.NoteSigner:
     return note.NoteSigner(origin(settings, identity), identity.key, identity.algorithm)
+
+
+@dataclasses.dataclass(frozen=True)
+class Witness:
+    """A configured witness: where it takes checkpoints, and the key its cosignatures verify under."""
+
+    url: str
+    key: witness.WitnessKey
+
+
+def witnesses(settings: Settings, identity: SigningIdentity) -> list[Witness]:
+    """The ``[[transparency.witnesses]]``, read once at start. Raises :class:`SettingsError` (one line
+    naming the setting) for a vkey that is not a cosignature/v1 key, and for witnesses with a signing
+    key that is not Ed25519: witnesses verify Ed25519 checkpoint signatures only."""
+    if not settings.witnesses:
+        return []
+    if signer(settings, identity).key.type != note.ED25519:
+        raise SettingsError(
+            f"transparency.witnesses: only an Ed25519 signing key can be witnessed (the signing key signs "
+            f"with {identity.algorithm}); remove the witnesses or sign with an Ed25519 key"
+        )
+    configured = []
+    for index, table in enumerate(settings.witnesses):
+        try:
+            configured.append(Witness(table.url, witness.WitnessKey.parse(table.vkey)))
+        except note.NoteError as exc:
+            raise SettingsError(f"transparency.witnesses[{index}].vkey: {exc}") from None
+    return configured
+
+
+def quorum(settings: Settings) -> int:
+    """How many cosignatures make a checkpoint witnessed: ``transparency.witness_quorum``, or every witness."""
+    return settings.witness_quorum if settings.witness_quorum is not None else len(settings.witnesses)
 
 
 @dataclasses.dataclass(frozen=True)
