@@ -100,11 +100,13 @@ class Gateway:
         self.store.channels = settings.channels
         self.publisher = decisions_service.Publisher(self.store, self.identity)
         self.messages = messages_service.Writer(self.store)
-        self.checkpoints = transparency_service.Checkpoints(
-            self.store, transparency_service.signer(settings, self.identity)
-        )
+        signer = transparency_service.signer(settings, self.identity)
+        self.checkpoints = transparency_service.Checkpoints(self.store, signer)
         # Read at start, so that a witness the signing key cannot have stops the gateway in one line.
         self.witnesses = transparency_service.witnesses(settings, self.identity)
+        self.witnessed = transparency_service.Witnessed(
+            self.store, signer, self.witnesses, transparency_service.quorum(settings)
+        )
         self.streams = Hub(self.store, settings)
         # Asked in order by every protected Public route; see auth/schemes.py.
         # An operator adds schemes in Python: gateway.auth_schemes.append(MyScheme()).
@@ -234,6 +236,7 @@ class Gateway:
         app.state.publisher = self.publisher
         app.state.messages = self.messages
         app.state.checkpoints = self.checkpoints
+        app.state.witnessed = self.witnessed
         app.state.streams = self.streams
         app.state.auth_schemes = self.auth_schemes
         return app

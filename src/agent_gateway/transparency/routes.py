@@ -1,5 +1,5 @@
 """The auditable log, on both servers (the Public server's behind the bearer, as the Decision reads):
-GET /checkpoint, GET /checkpoint/consistency, GET /decisions/{seq}/proof."""
+GET /checkpoint, GET /checkpoint/witnessed, GET /checkpoint/consistency, GET /decisions/{seq}/proof."""
 
 from __future__ import annotations
 
@@ -50,6 +50,15 @@ _CHECKPOINT = {
     }
 }
 _CHECKPOINT_SUMMARY = "The signed checkpoint of the Decision log's Merkle tree"
+_WITNESSED = {
+    200: {
+        "content": {"text/plain": {"schema": {"type": "string"}}},
+        "description": "The checkpoint as one C2SP signed note: the gateway's signature line and one "
+        "C2SP tlog-cosignature line per witness that cosigned it",
+    },
+    **error_responses(404),
+}
+_WITNESSED_SUMMARY = "The newest checkpoint cosigned by a quorum of the witnesses"
 _PROOF = {200: {"model": InclusionOut}, **error_responses(404)}
 _PROOF_SUMMARY = "The inclusion proof of a Decision in the tree of a size"
 _CONSISTENCY = {200: {"model": ConsistencyOut}}
@@ -62,6 +71,10 @@ def _b64(hashes: list[bytes]) -> list[str]:
 
 async def _checkpoint(request: Request) -> Response:
     return Response(await request.app.state.checkpoints.latest(), media_type=CHECKPOINT_MEDIA_TYPE)
+
+
+async def _witnessed(request: Request) -> Response:
+    return Response(await request.app.state.witnessed.latest(), media_type=CHECKPOINT_MEDIA_TYPE)
 
 
 def _proof_args(seq: str, size: str | None) -> tuple[int, int | None]:
@@ -87,6 +100,11 @@ async def checkpoint_agent(request: Request) -> Any:
     return await _checkpoint(request)
 
 
+@agent.get("/checkpoint/witnessed", response_class=Response, responses=_WITNESSED, summary=_WITNESSED_SUMMARY)
+async def witnessed_agent(request: Request) -> Any:
+    return await _witnessed(request)
+
+
 @agent.get("/checkpoint/consistency", responses=_CONSISTENCY, summary=_CONSISTENCY_SUMMARY)
 async def consistency_agent(request: Request, from_: FromQuery = None, to: ToQuery = None) -> Any:
     return json_response(await _consistency(request.app.state.store, *_consistency_args(from_, to)))
@@ -102,6 +120,14 @@ async def proof_agent(request: Request, seq: str, size: SizeQuery = None) -> Any
 )
 async def checkpoint_public(request: Request, _: Authenticated) -> Any:
     return await _checkpoint(request)
+
+
+@public.get(
+    "/checkpoint/witnessed", response_class=Response, responses={**_WITNESSED, **error_responses(401)},
+    summary=_WITNESSED_SUMMARY,
+)
+async def witnessed_public(request: Request, _: Authenticated) -> Any:
+    return await _witnessed(request)
 
 
 @public.get("/checkpoint/consistency", responses={**_CONSISTENCY, **error_responses(401)}, summary=_CONSISTENCY_SUMMARY)

@@ -17,7 +17,7 @@ from agent_gateway.config import Settings, SettingsError
 from agent_gateway.decisions.service import DecisionNotFound
 from agent_gateway.signatures.identity import SigningIdentity
 from agent_gateway.store.engine import Store
-from agent_gateway.store.queries import tree
+from agent_gateway.store.queries import tree, witnesses as witness_queries
 from agent_gateway.transparency import note, witness
 
 ORIGIN_PREFIX = "agent-gateway/decisions/"
@@ -98,6 +98,36 @@ class Checkpoints:
         if self._latest is None or self._latest[0] < size:
             self._latest = (size, signed)
         return signed
+
+
+class NotWitnessed(errors.NotFound):
+    """No checkpoint has the cosignatures of a quorum of witnesses yet."""
+
+
+class Witnessed:
+    """The witnessed checkpoint: the newest one a quorum of the configured witnesses cosigned."""
+
+    def __init__(self, store: Store, signer: note.NoteSigner, witnesses: list[Witness], quorum: int) -> None:
+        self._store = store
+        self._signer = signer
+        self._witnesses = witnesses
+        self._quorum = quorum
+
+    async def latest(self) -> bytes:
+        """One signed note (c2sp.org/tlog-cosignature): the checkpoint text, the gateway's signature
+        line and one cosignature line per configured witness that cosigned that size. Raises
+        :class:`NotWitnessed` until a quorum cosigned one (always, with no witnesses)."""
+        vkeys = [configured.key.vkey() for configured in self._witnesses]
+        if not vkeys:
+            raise NotWitnessed()
+        async with self._store.read() as conn:
+            found = await witness_queries.witnessed(conn, vkeys, self._quorum)
+        if found is None:
+            raise NotWitnessed()
+        # Ed25519 signatures are deterministic: this is the note the witnesses were sent.
+        root = await merkle.root(tree.fetcher(self._store), found.tree_size)
+        signed = self._signer.sign(note.Checkpoint(self._signer.origin, found.tree_size, root).text())
+        return signed + b"".join(found.lines[vkey].encode() + b"\n" for vkey in vkeys if vkey in found.lines)
 
 
 async def inclusion(store: Store, seq: int, size: int | None) -> Inclusion:
