@@ -40,6 +40,7 @@ from agent_gateway.transparency import routes as transparency_routes
 from agent_gateway.transparency import service as transparency_service
 from agent_gateway.users import routes as users_routes
 from agent_gateway.web import routes as web_routes
+from agent_gateway.transparency.collector import Collector
 from agent_gateway.webhooks.deliverer import Deliverer, Policy
 
 logger = logging.getLogger(__name__)
@@ -118,6 +119,11 @@ class Gateway:
             runtimes.from_settings(settings) if "worker" in roles else runtimes.NoRuntime()
         )
         self.worker: Worker | None = None
+        # One witness collector across the deployment, in a worker process that leads it.
+        self.collector = (
+            Collector(self.store, self.checkpoints, self.witnesses) if "worker" in roles and self.witnesses else None
+        )
+        self._collector_task: asyncio.Task[None] | None = None
         self._worker_task: asyncio.Task[None] | None = None
         # What counts the requests of both servers (ops.observe), flushed into the metrics.
         self.observers: list[Observed] = []
@@ -265,8 +271,17 @@ class Gateway:
             self._worker_task = asyncio.create_task(
                 leadership.lead(self.store, "signal worker", self.worker.run), name="signal worker"
             )
+        if self.collector is not None:
+            self._collector_task = asyncio.create_task(
+                leadership.lead(self.store, "witness collector", self.collector.run), name="witness collector"
+            )
 
     async def stop(self) -> None:
+        if self.collector is not None and self._collector_task is not None:
+            self.collector.stop()
+            if not self.collector.active:
+                self._collector_task.cancel()  # a standby waiting for leadership
+            await asyncio.gather(self._collector_task, return_exceptions=True)
         await self.streams.close()
         await self.mcp.stop()
         if self._flush_task is not None:
