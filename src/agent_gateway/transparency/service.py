@@ -14,11 +14,12 @@ from cryptography.hazmat.primitives import serialization
 
 from agent_gateway import errors, merkle
 from agent_gateway.config import Settings, SettingsError
+from agent_gateway.decisions import service as decisions_service
 from agent_gateway.decisions.service import DecisionNotFound
 from agent_gateway.signatures.identity import SigningIdentity
 from agent_gateway.store.engine import Store
 from agent_gateway.store.queries import tree, witnesses as witness_queries
-from agent_gateway.transparency import note, witness
+from agent_gateway.transparency import note, proof, witness
 
 ORIGIN_PREFIX = "agent-gateway/decisions/"
 
@@ -113,10 +114,11 @@ class Witnessed:
         self._witnesses = witnesses
         self._quorum = quorum
 
-    async def latest(self) -> bytes:
-        """One signed note (c2sp.org/tlog-cosignature): the checkpoint text, the gateway's signature
-        line and one cosignature line per configured witness that cosigned that size. Raises
-        :class:`NotWitnessed` until a quorum cosigned one (always, with no witnesses)."""
+    async def latest(self) -> tuple[int, bytes]:
+        """The witnessed tree size, and its checkpoint as one signed note (c2sp.org/tlog-cosignature):
+        the checkpoint text, the gateway's signature line and one cosignature line per configured
+        witness that cosigned that size. Raises :class:`NotWitnessed` until a quorum cosigned one
+        (always, with no witnesses)."""
         vkeys = [configured.key.vkey() for configured in self._witnesses]
         if not vkeys:
             raise NotWitnessed()
@@ -127,7 +129,19 @@ class Witnessed:
         # Ed25519 signatures are deterministic: this is the note the witnesses were sent.
         root = await merkle.root(tree.fetcher(self._store), found.tree_size)
         signed = self._signer.sign(note.Checkpoint(self._signer.origin, found.tree_size, root).text())
-        return signed + b"".join(found.lines[vkey].encode() + b"\n" for vkey in vkeys if vkey in found.lines)
+        return found.tree_size, signed + b"".join(found.lines[vkey].encode() + b"\n" for vkey in vkeys if vkey in found.lines)
+
+
+async def tlog_proof(store: Store, witnessed: Witnessed, seq: int) -> bytes:
+    """The offline proof of Decision ``seq`` (c2sp.org/tlog-proof@v1) in the witnessed checkpoint.
+    Raises :class:`DecisionNotFound`, and :class:`NotWitnessed` until a witnessed checkpoint holds it."""
+    size, signed = await witnessed.latest()
+    decision = await decisions_service.get(store, seq)
+    index = (await inclusion(store, seq, None)).index
+    if index >= size:
+        raise NotWitnessed(f"Decision {seq} is not yet in a witnessed checkpoint (of {size} Decisions)")
+    hashes = (await inclusion(store, seq, size)).hashes
+    return proof.TlogProof(decision.jws.encode(), index, hashes, signed).render()
 
 
 async def inclusion(store: Store, seq: int, size: int | None) -> Inclusion:
