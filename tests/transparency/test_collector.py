@@ -5,10 +5,12 @@ processes on PostgreSQL with one collector."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import dataclasses
 import logging
 import os
+import subprocess
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -23,7 +25,7 @@ from agent_gateway.ops import metrics
 from agent_gateway.signatures import keys
 from agent_gateway.signatures.identity import SigningIdentity
 from agent_gateway.store.tables import witness_cosignatures
-from agent_gateway.transparency import note, service, witness
+from agent_gateway.transparency import note, proof, service, witness
 from tests import servers
 from tests.transparency.test_routes import publish
 
@@ -262,3 +264,44 @@ async def test_two_processes_on_postgresql_run_one_collector(
     assert standby.collector.active  # type: ignore[union-attr]
     for listed in witnesses[:2]:
         assert await cosigned_by(standby, listed) == [2, 3]
+
+
+def aics_tlog(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(servers.WITNESS.python), "-m", "aics_tlog", *argv], capture_output=True, text=True, timeout=servers.START_TIMEOUT_S
+    )
+
+
+async def test_a_real_witnessed_proof_verifies_here_and_with_aics_tlog(
+    settings: config.Settings, witnesses: list[servers.Witness], origin: str, running: Callable, tmp_path: Path
+) -> None:
+    settings = with_witnesses(settings, origin, witnesses[:2])
+    for listed in witnesses[:2]:
+        listed.trust(origin, log_vkey(settings))
+    gateway = await running(settings)
+    async with client(gateway) as agent:
+        published = await publish(agent, 5)
+
+        async def at_5() -> bool:
+            return await witnessed_size(gateway) == 5
+
+        await wait_for(at_5, "witnessed at 5")
+        response = await agent.get(f"/decisions/{published[2]['seq']}/proof?format=tlog-proof")
+    assert response.status_code == 200
+    parsed = proof.TlogProof.parse(response.content)
+    witness_keys = [witness.WitnessKey.parse(listed.vkey) for listed in witnesses[:2]]
+    verified = proof.verify(parsed, proof.gateway_key(log_vkey(settings)), witness_keys, 2, "d2")
+    assert verified.cosigned_by == [key.name for key in witness_keys]
+    # aics-tlog, another implementation: the leaf (the JWS), its index, the proof and the witnessed note.
+    (tmp_path / "leaf").write_bytes(parsed.extra)
+    (tmp_path / "proof").write_text("".join(base64.b64encode(hash_).decode() + "\n" for hash_ in parsed.hashes))
+    (tmp_path / "note").write_bytes(parsed.note)
+    common = ["--index", str(parsed.index), "--checkpoint", str(tmp_path / "note"), "--proof", str(tmp_path / "proof"),
+              "--quorum", "2", "--origin", origin, *[arg for listed in witnesses[:2] for arg in ("--witness-key", listed.vkey)]]
+    done = aics_tlog("verify-inclusion", "--leaf", str(tmp_path / "leaf"), "--log-key", log_vkey(settings), *common)
+    assert done.returncode == 0, done.stdout + done.stderr
+    # ... and it refuses one byte changed in the leaf, and another log key.
+    (tmp_path / "other-leaf").write_bytes(parsed.extra[:-1] + bytes([parsed.extra[-1] ^ 1]))
+    assert aics_tlog("verify-inclusion", "--leaf", str(tmp_path / "other-leaf"), "--log-key", log_vkey(settings), *common).returncode != 0
+    other = log_vkey(settings, SigningIdentity(keys.generate_pem("ed25519")))
+    assert aics_tlog("verify-inclusion", "--leaf", str(tmp_path / "leaf"), "--log-key", other, *common).returncode != 0
