@@ -1,11 +1,12 @@
-"""GET /decisions/{seq}/proof?format=tlog-proof (c2sp.org/tlog-proof@v1) on both servers, and
-``agent-gateway verify-proof``: accepted when every check holds, refused in one line naming the check
+"""GET /decisions/{seq}/proof?format=tlog-proof (c2sp.org/tlog-proof@v1) on both servers,
+``agent-gateway verify-proof`` and ``audit --witness``: accepted when every check holds, refused in one line naming the check
 when one byte of the leaf, a proof hash or a cosignature changes, under a wrong key, below the quorum,
 or for another statement. Cosignatures are made by hand here (tests/transparency/test_witnessed.py);
 tests/transparency/test_collector.py checks a real witness's proof with aics-tlog too."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 from pathlib import Path
 
@@ -16,8 +17,9 @@ from typer.testing import CliRunner
 
 from agent_gateway.cli.main import app
 from agent_gateway.gateway import Gateway
-from agent_gateway.signatures import keys
+from agent_gateway.signatures import keys, verifier
 from agent_gateway.signatures.identity import SigningIdentity
+from agent_gateway.transparency import audit as audits
 from agent_gateway.transparency import note, proof, service, witness
 from tests.transparency.test_routes import assert_error, publish
 from tests.transparency.test_witnessed import NAMES, VKEYS, current_text, settings, store_cosignature  # noqa: F401
@@ -131,3 +133,48 @@ async def test_verify_proof_accepts_and_refuses_in_one_line(agent: httpx.AsyncCl
     assert verify_proof(good, "--key", key, *witnesses, "--witness", VKEYS[2], "--quorum", "2")[0] == 0
     missing = tmp_path / "missing"
     assert "missing" in verify_proof(missing, "--key", key)[1]
+
+
+class _Bridge(httpx.BaseTransport):
+    """A sync transport (the auditor's) onto the in-process Agent server, from a worker thread."""
+
+    def __init__(self, app: object, loop: asyncio.AbstractEventLoop) -> None:
+        self._client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://agent")  # type: ignore[arg-type]
+        self._loop = loop
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        async def send() -> httpx.Response:
+            built = self._client.build_request(request.method, str(request.url), headers=request.headers, content=request.read())
+            response = await self._client.send(built)
+            return httpx.Response(response.status_code, headers=response.headers, content=await response.aread())
+
+        return asyncio.run_coroutine_threadsafe(send(), self._loop).result()
+
+
+async def audit_round(gateway: Gateway, vkeys: list[str], quorum: int) -> audits.Report:
+    transport = _Bridge(gateway.agent_asgi, asyncio.get_running_loop())
+    jwks = verifier.parse_jwk_set(gateway.identity.jwks())
+    keys_ = [witness.WitnessKey.parse(vkey) for vkey in vkeys]
+
+    def run() -> audits.Report:
+        with httpx.Client(transport=transport, base_url="http://agent") as client:
+            return audits.Auditor(client, jwks, keys_, quorum).audit(audits.load_state(None))[1]
+
+    return await asyncio.to_thread(run)
+
+
+async def test_audit_with_witnesses_requires_the_witnessed_checkpoint_at_the_quorum(agent: httpx.AsyncClient, gateway: Gateway) -> None:
+    await publish(agent, 2)
+    with pytest.raises(audits.AuditFailure, match="the witnessed checkpoint: none yet"):
+        await audit_round(gateway, VKEYS[:2], 2)
+    two = await current_text(agent, gateway)
+    await store_cosignature(gateway, 0, two)
+    await store_cosignature(gateway, 1, two)
+    assert (await audit_round(gateway, VKEYS[:2], 2)).checkpoint.size == 2
+    with pytest.raises(audits.AuditFailure, match="witnessed checkpoint 2: 2 of the given witnesses cosigned it, --quorum is 3"):
+        await audit_round(gateway, VKEYS, 3)
+    # The log grows past the witnessed checkpoint: it must extend it, and it does.
+    await publish(agent, 3)
+    assert (await audit_round(gateway, VKEYS[:2], 2)).checkpoint.size == 5
+    # Without --witness, nothing of the witnesses is asked.
+    assert (await audit_round(gateway, [], 0)).checkpoint.size == 5

@@ -11,6 +11,20 @@ from agent_gateway.cli.common import fail
 from agent_gateway.transparency import note, proof, witness
 
 
+def witness_policy(vkeys: list[str] | None, quorum: int | None) -> tuple[list[witness.WitnessKey], int]:
+    """The ``--witness`` keys and the ``--quorum`` (default: all of them); one line, exit 1, when not usable."""
+    keys = []
+    for index, vkey in enumerate(vkeys or []):
+        try:
+            keys.append(witness.WitnessKey.parse(vkey))
+        except note.NoteError as exc:
+            raise fail(f"--witness #{index + 1}: {exc}") from None
+    needed = len(keys) if quorum is None else quorum
+    if needed > len(keys):
+        raise fail(f"--quorum {needed}: more than the {len(keys)} --witness keys given")
+    return keys, needed
+
+
 def verify_proof(
     file: Annotated[Path, typer.Argument(help="the proof (c2sp.org/tlog-proof@v1), from GET /decisions/{seq}/proof?format=tlog-proof")],
     key: Annotated[str, typer.Option("--key", help="the gateway's vkey (agent-gateway keys show)")],
@@ -26,15 +40,7 @@ def verify_proof(
     Decision's JWS verify under --key, at least --quorum of the --witness keys cosigned, and (with
     --statement) the Decision says that. Exit 0 and one line; exit 1 and one line naming the failure.
     """
-    witness_keys = []
-    for index, vkey in enumerate(witnesses or []):
-        try:
-            witness_keys.append(witness.WitnessKey.parse(vkey))
-        except note.NoteError as exc:
-            raise fail(f"--witness #{index + 1}: {exc}") from None
-    needed = len(witness_keys) if quorum is None else quorum
-    if needed > len(witness_keys):
-        raise fail(f"--quorum {needed}: more than the {len(witness_keys)} --witness keys given")
+    witness_keys, needed = witness_policy(witnesses, quorum)
     try:
         data = file.read_bytes()
     except OSError as exc:
