@@ -330,6 +330,7 @@ class Witness:
     folder: Path
     running: Running
     port: int
+    log_level: str = "INFO"
 
     def trust(self, origin: str, log_vkey: str) -> None:
         """Have the witness take checkpoints of ``origin`` signed by ``log_vkey``: added to its
@@ -349,7 +350,7 @@ class Witness:
 
     def start(self) -> None:
         """Start it again after :meth:`stop`, on the same port, with the state it had."""
-        self.running = _serve_witness(self.folder, self.port)
+        self.running = _serve_witness(self.folder, self.port, self.log_level)
 
 
 def _witness_command(folder: Path, *argv: str) -> str:
@@ -361,7 +362,7 @@ def _witness_command(folder: Path, *argv: str) -> str:
     return done.stdout
 
 
-def _serve_witness(folder: Path, port: int) -> Running:
+def _serve_witness(folder: Path, port: int, log_level: str) -> Running:
     url = f"http://127.0.0.1:{port}"
 
     def answers() -> bool:
@@ -373,21 +374,21 @@ def _serve_witness(folder: Path, port: int) -> Running:
             return False
 
     return start(
-        [str(WITNESS.python), "-m", "aics_witness", "serve", "--config", str(folder / "witness.json")],
+        [str(WITNESS.python), "-m", "aics_witness", "serve", "--config", str(folder / "witness.json"), "--log-level", log_level],
         folder=folder, answers=answers, what="aics-witness",
     )
 
 
 @contextlib.contextmanager
-def witness(folder: Path, name: str) -> Iterator[Witness]:
-    """An aics-witness named ``name`` in ``folder`` on a free loopback port, stopped when the block ends.
-    Raises :class:`CannotInstall` when it cannot be installed."""
+def witness(folder: Path, name: str, log_level: str = "INFO") -> Iterator[Witness]:
+    """An aics-witness named ``name`` in ``folder`` on a free loopback port, stopped when the block ends
+    (``log_level`` DEBUG logs each request). Raises :class:`CannotInstall` when it cannot be installed."""
     install(WITNESS)
     folder.mkdir(parents=True, exist_ok=True)
     port = free_port()
     said = _witness_command(folder, "init", "--name", name, "--listen", f"127.0.0.1:{port}")
     vkey = said.strip().splitlines()[-1]
-    server = Witness(f"http://127.0.0.1:{port}", vkey, folder, _serve_witness(folder, port), port)
+    server = Witness(f"http://127.0.0.1:{port}", vkey, folder, _serve_witness(folder, port, log_level), port, log_level)
     try:
         yield server
     finally:
