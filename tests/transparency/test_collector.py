@@ -136,6 +136,10 @@ async def test_a_quorum_of_real_witnesses_cosigns_and_the_note_verifies(
         # More Decisions: the witnessed checkpoint follows.
         await publish(agent, 4)
         await wait_for(lambda: at(7), "witnessed at 7")
+    # The metric per witness: the largest size it cosigned.
+    for listed in witnesses[:2]:
+        name = witness.WitnessKey.parse(listed.vkey).name
+        assert metrics.witness_cosigned_size.labels(name)._value.get() == 7  # type: ignore[attr-defined]
 
 
 async def test_a_witness_down_delays_only_itself_and_catches_up_on_its_return(
