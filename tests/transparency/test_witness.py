@@ -129,7 +129,10 @@ def test_of_several_lines_only_the_one_under_the_configured_key_is_kept() -> Non
     assert found is not None and found.timestamp == 42
 
 
-@pytest.mark.parametrize("lines", [b"", b"\xff\n", b"no signature\n", "\u2014 w1 AAAA".encode(), "\u2014 w 1 AAAA\n".encode()])
+@pytest.mark.parametrize(
+    "lines",
+    [b"", b"\xff\n", b"no signature\n", "\u2014 w1 AAAA".encode(), "\u2014 w 1 AAAA\n".encode(), "\u2014 w1 AAAAA\n".encode()],
+)
 def test_text_that_is_not_signature_lines_is_refused(lines: bytes) -> None:
     with pytest.raises(note.NoteError):
         witness.signature_lines(lines)

@@ -110,7 +110,10 @@ def signature_lines(lines: bytes) -> list[Cosignature | None]:
         match = _SIGNATURE_LINE.fullmatch(line)
         if match is None:
             raise note.NoteError(f"not a signature line: {line[:80]!r}")
-        blob = base64.b64decode(match.group(2))
+        try:
+            blob = base64.b64decode(match.group(2), validate=True)
+        except binascii.Error:
+            raise note.NoteError(f"not base64: {line[:80]!r}") from None
         if len(blob) != 4 + 8 + _SIGNATURE_SIZE:
             parsed.append(None)
             continue
