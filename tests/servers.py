@@ -1,6 +1,6 @@
 """Real servers for the tests, installed from PyPI into cached virtual environments of their own.
 
-The pattern (the Matrix homeserver here; the Nostr relay and the witness
+The pattern (the Matrix homeserver and the transparency witness here; the Nostr relay
 later): :class:`Package` names a server and its pinned requirements;
 :func:`install` puts them into ``~/.cache/agent-gateway-tests/<name>-<version>/``
 once per machine (never into the project's ``.venv``, whose dependencies they
@@ -57,6 +57,8 @@ class Package:
     name: str
     version: str
     requirements: tuple[str, ...]
+    # The oldest Python it runs on; None: any the project runs on.
+    python_at_least: tuple[int, int] | None = None
 
     @property
     def folder(self) -> Path:
@@ -68,7 +70,9 @@ class Package:
 
 
 SYNAPSE = Package("matrix-synapse", "1.163.2", ("matrix-synapse==1.163.2",))
-PACKAGES = {"synapse": SYNAPSE}
+# The witness and the offline verifier beside it (one environment): both need Python 3.12 or newer.
+WITNESS = Package("aics-witness", "0.1.0", ("aics-witness==0.1.0", "aics-tlog==0.2.1"), python_at_least=(3, 12))
+PACKAGES = {"synapse": SYNAPSE, "witness": WITNESS}
 
 
 def install(package: Package) -> Path:
@@ -86,7 +90,8 @@ def install(package: Package) -> Path:
         shutil.rmtree(package.folder, ignore_errors=True)
         try:
             subprocess.run(
-                [_base_python(), "-m", "venv", str(building)], check=True, capture_output=True, timeout=INSTALL_TIMEOUT_S
+                [_base_python(package), "-m", "venv", str(building)], check=True, capture_output=True,
+                timeout=INSTALL_TIMEOUT_S,
             )
             subprocess.run(
                 [str(building / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check",
@@ -107,9 +112,25 @@ def install(package: Package) -> Path:
     return package.python
 
 
-def _base_python() -> str:
-    """The interpreter a new environment is made from: the one under the project's .venv."""
-    return getattr(sys, "_base_executable", None) or sys.executable
+def _base_python(package: Package) -> str:
+    """The interpreter a new environment is made from: the one under the project's .venv, when it is
+    new enough for ``package``; else, in this order, a ``python3.N`` on the PATH (not a pyenv shim), then one under pyenv
+    (``~/.pyenv/versions/*/bin``), the newest first. Raises :class:`CannotInstall` when none is."""
+    own = getattr(sys, "_base_executable", None) or sys.executable
+    if package.python_at_least is None or sys.version_info[:2] >= package.python_at_least:
+        return own
+    wanted = package.python_at_least
+    minors = range(wanted[1] + 10, wanted[1] - 1, -1)
+    for minor in minors:
+        found = shutil.which(f"python{wanted[0]}.{minor}")
+        # pyenv's shims answer for versions that are not selected with an error: skip them.
+        if found and "/shims/" not in found:
+            return found
+    pyenv = Path(os.environ.get("PYENV_ROOT") or Path.home() / ".pyenv") / "versions"
+    for minor in minors:
+        for candidate in sorted(pyenv.glob(f"{wanted[0]}.{minor}.*/bin/python{wanted[0]}.{minor}"), reverse=True):
+            return str(candidate)
+    raise CannotInstall(f"{package.name} needs Python {wanted[0]}.{wanted[1]} or newer: none on the PATH nor under {pyenv}")
 
 
 def free_port() -> int:
@@ -291,6 +312,83 @@ def synapse(folder: Path) -> Iterator[Homeserver]:
     (folder / "overrides.yaml").write_text(_synapse_config(folder, port, shared_secret))
     url = f"http://127.0.0.1:{port}"
     server = Homeserver(url, SERVER_NAME, shared_secret, _start_synapse(folder, url), folder)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+# --- The witness (aics-witness: c2sp.org/tlog-witness) ----------------------------------------
+
+
+@dataclasses.dataclass
+class Witness:
+    """A running aics-witness: its submission prefix, its cosignature vkey, and its folder."""
+
+    url: str
+    vkey: str
+    folder: Path
+    running: Running
+    port: int
+    log_level: str = "INFO"
+
+    def trust(self, origin: str, log_vkey: str) -> None:
+        """Have the witness take checkpoints of ``origin`` signed by ``log_vkey``: added to its
+        configuration, which it reads again on SIGHUP; waits until it knows the origin."""
+        _witness_command(self.folder, "add-log", "--origin", origin, "--vkey", log_vkey)
+        os.kill(self.running.process.pid, signal.SIGHUP)
+        # A checkpoint of that origin signed by no key it trusts: 404 while the origin is unknown, then 403.
+        unsigned = f"old 0\n\n{origin}\n0\n{'A' * 43}=\n\n\u2014 {origin} {'A' * 90}==\n".encode()
+
+        def knows() -> bool:
+            return httpx.post(f"{self.url}/add-checkpoint", content=unsigned, timeout=5).status_code != 404
+
+        wait_until(knows, timeout_s=START_TIMEOUT_S, what=f"the witness did not take the log {origin}", log=self.running.log)
+
+    def stop(self) -> None:
+        self.running.stop()
+
+    def start(self) -> None:
+        """Start it again after :meth:`stop`, on the same port, with the state it had."""
+        self.running = _serve_witness(self.folder, self.port, self.log_level)
+
+
+def _witness_command(folder: Path, *argv: str) -> str:
+    python = install(WITNESS)
+    done = subprocess.run(
+        [str(python), "-m", "aics_witness", *argv, "--config", str(folder / "witness.json")],
+        check=True, capture_output=True, text=True, cwd=folder, timeout=START_TIMEOUT_S,
+    )
+    return done.stdout
+
+
+def _serve_witness(folder: Path, port: int, log_level: str) -> Running:
+    url = f"http://127.0.0.1:{port}"
+
+    def answers() -> bool:
+        try:
+            # Any answer will do: the witness is up once its socket speaks HTTP.
+            httpx.post(f"{url}/add-checkpoint", content=b"", timeout=2)
+            return True
+        except httpx.HTTPError:
+            return False
+
+    return start(
+        [str(WITNESS.python), "-m", "aics_witness", "serve", "--config", str(folder / "witness.json"), "--log-level", log_level],
+        folder=folder, answers=answers, what="aics-witness",
+    )
+
+
+@contextlib.contextmanager
+def witness(folder: Path, name: str, log_level: str = "INFO") -> Iterator[Witness]:
+    """An aics-witness named ``name`` in ``folder`` on a free loopback port, stopped when the block ends
+    (``log_level`` DEBUG logs each request). Raises :class:`CannotInstall` when it cannot be installed."""
+    install(WITNESS)
+    folder.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    said = _witness_command(folder, "init", "--name", name, "--listen", f"127.0.0.1:{port}")
+    vkey = said.strip().splitlines()[-1]
+    server = Witness(f"http://127.0.0.1:{port}", vkey, folder, _serve_witness(folder, port, log_level), port, log_level)
     try:
         yield server
     finally:

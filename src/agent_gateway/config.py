@@ -122,6 +122,15 @@ class WebhookEndpoint:
 
 
 @dataclasses.dataclass(frozen=True)
+class Witness:
+    """One ``[[transparency.witnesses]]`` table: where the witness takes checkpoints, and its
+    cosignature verifier key (read by ``transparency.witness`` when the gateway starts)."""
+
+    url: str
+    vkey: str
+
+
+@dataclasses.dataclass(frozen=True)
 class Settings:
     token_ttl_ms: int
     database_url: str = "sqlite:///gateway.db"
@@ -162,6 +171,10 @@ class Settings:
     retention_deliveries_max_age: datetime.timedelta | None = None
     # The Decision log's checkpoints (transparency/): None derives a name from the signing key.
     transparency_origin: str | None = None
+    # Its witnesses (transparency/collector.py) and how many cosignatures make a checkpoint
+    # witnessed; None: every witness listed.
+    witnesses: tuple[Witness, ...] = ()
+    witness_quorum: int | None = None
     # The Users' chat page at the Public server's / (web/); off for deployments with their own client.
     public_chat_page: bool = True
     # Message streams (streams/): keep-alive comments, the Token re-check, a stalled
@@ -386,7 +399,7 @@ def _webhooks(value: Any) -> tuple[_WebhookTable, ...]:
 
 def _webhook_table(where: str, table: dict[str, Any]) -> _WebhookTable:
     url = table.get("url")
-    host = _webhook_host(url)
+    host = _http_host(url)
     if host is None:
         raise ValueError(f"{where}.url: must be an http:// or https:// URL with a host and no credentials (got {url!r})")
     allow_private = table.get("allow_private", False)
@@ -413,8 +426,8 @@ def _webhook_table(where: str, table: dict[str, Any]) -> _WebhookTable:
     return _WebhookTable(where, url, frozenset(events), secret_file, secret_env, allow_private)
 
 
-def _webhook_host(url: Any) -> str | None:
-    """The host of a webhook URL, or None when it is not one the deliverer can send to."""
+def _http_host(url: Any) -> str | None:
+    """The host of a URL the gateway POSTs to (a webhook, a witness), or None when it cannot send there."""
     if not isinstance(url, str) or any(c.isspace() for c in url):
         return None
     try:
@@ -456,6 +469,29 @@ def _base64(text: str) -> bytes:
         return b""
 
 
+def _witnesses(value: Any) -> tuple[Witness, ...]:
+    tables = _json_or(list)(value)
+    parsed: list[Witness] = []
+    for index, table in enumerate(tables):
+        where = f"transparency.witnesses[{index}]"
+        if not isinstance(table, dict):
+            raise ValueError(f"{where} must be a table")
+        for key in table:
+            if key not in ("url", "vkey"):
+                raise ValueError(f"{where}.{key}: unknown key (known: url, vkey)")
+        url, vkey = table.get("url"), table.get("vkey")
+        if _http_host(url) is None:
+            raise ValueError(f"{where}.url: must be an http:// or https:// URL with a host and no credentials (got {url!r})")
+        if not isinstance(vkey, str) or not vkey:
+            raise ValueError(f"{where}.vkey: must be the witness's verifier key (name+key ID+base64 key)")
+        # The same witness twice would count twice toward the quorum.
+        for other in parsed:
+            if vkey == other.vkey or url.rstrip("/") == other.url.rstrip("/"):
+                raise ValueError(f"{where}: the same witness as an earlier table (its url or vkey); list each witness once")
+        parsed.append(Witness(url.rstrip("/"), vkey))
+    return tuple(parsed)
+
+
 CHANNEL_POLICIES = ("pairing", "allowlist", "open")
 # A Matrix user ID: @localpart:server, the server a host name or an IP literal with an optional port.
 MATRIX_USER_ID = re.compile(r"@[\x21-\x39\x3b-\x7e]+:(?:[A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?")
@@ -470,7 +506,7 @@ def _channel_policy(value: Any) -> str:
 def homeserver_url(value: Any) -> str:
     """A Matrix homeserver's client-server API base URL (no trailing slash); raises ValueError."""
     url = _str(value)
-    if _webhook_host(url) is None:
+    if _http_host(url) is None:
         raise ValueError("must be the http:// or https:// base URL of the homeserver's client-server API, without credentials")
     return url.rstrip("/")
 
@@ -624,6 +660,16 @@ _KEYS = (
     _Key(("transparency", "origin"), "transparency_origin", _origin,
          default='`agent-gateway/decisions/<16 hex>`',
          doc='the name of the Decision log in its [checkpoints](/users/checkpoints.md#checkpoints); a signed-note key name: no spaces, no `+`. The default is derived from the signing key (the first 8 bytes of SHA-256 of its SubjectPublicKeyInfo), so it is the same in every process and stays as long as the key'),
+    _Key(("transparency", "witnesses"), "witnesses", _witnesses,
+         default='none',
+         doc='the witnesses that cosign the Decision log\'s checkpoints, one `[[transparency.witnesses]]` table each '
+             '(the whole list as JSON in the variable): `url`, where the gateway POSTs `{url}/add-checkpoint` '
+             '(c2sp.org/tlog-witness), and `vkey`, the witness\'s cosignature verifier key (`name+key ID+base64`, '
+             'type 0x04); only an Ed25519 signing key can be witnessed; see [Witnesses](/users/witnesses.md)'),
+    _Key(("transparency", "witness_quorum"), "witness_quorum", _positive_int,
+         default='every witness',
+         doc='how many verified cosignatures make a checkpoint witnessed (`GET /checkpoint/witnessed`); at most the '
+             'number of witnesses listed'),
     _Key(("public", "chat_page"), "public_chat_page", _bool,
          default='`true`',
          doc='whether the Public server serves the [chat page](/users/chat-page.md) at `/` and `/web/…`; `false` for deployments that bring their own client (both then answer 404)'),
@@ -752,7 +798,7 @@ def load(
             value = key.parse(raw)
         except ValueError as exc:
             where = key.dotted if source == key.dotted else f"{key.dotted} ({source})"
-            if str(exc).startswith(f"{key.dotted}["):  # names the table of a list itself ([[webhooks]])
+            if str(exc).startswith(f"{key.dotted}["):  # names the table of a list itself ([[webhooks]], [[transparency.witnesses]])
                 raise SettingsError(str(exc) if source == key.dotted else f"{exc} (in {source})") from None
             raise SettingsError(f"{where}: {exc}") from None
         if key.is_path:
@@ -773,6 +819,7 @@ def load(
     if "webhooks" in values:
         values["webhooks"] = tuple(_webhook_endpoint(table, base, environ) for table in values["webhooks"])
     _check_matrix(values)
+    _check_quorum(values)
     return Settings(scrypt=ScryptCost(**scrypt), **values)
 
 
@@ -783,6 +830,16 @@ def _check_matrix(values: Mapping[str, Any]) -> None:
     if given and len(given) < len(needed):
         missing = ", ".join(f"channels.matrix.{name}" for key, name in needed.items() if key not in values)
         raise SettingsError(f"{missing}: required to serve the Matrix channel (with homeserver, user_id and access_token_file)")
+
+
+def _check_quorum(values: Mapping[str, Any]) -> None:
+    """A quorum the listed witnesses can meet."""
+    quorum, listed = values.get("witness_quorum"), len(values.get("witnesses", ()))
+    if quorum is not None and quorum > listed:
+        raise SettingsError(
+            f"transparency.witness_quorum: {quorum} cosignatures cannot be met by the {listed} "
+            "[[transparency.witnesses]] listed"
+        )
 
 
 def _resolve_sqlite(url: str, base: Path) -> str:

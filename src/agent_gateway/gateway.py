@@ -40,6 +40,7 @@ from agent_gateway.transparency import routes as transparency_routes
 from agent_gateway.transparency import service as transparency_service
 from agent_gateway.users import routes as users_routes
 from agent_gateway.web import routes as web_routes
+from agent_gateway.transparency.collector import Collector
 from agent_gateway.webhooks.deliverer import Deliverer, Policy
 
 logger = logging.getLogger(__name__)
@@ -100,8 +101,12 @@ class Gateway:
         self.store.channels = settings.channels
         self.publisher = decisions_service.Publisher(self.store, self.identity)
         self.messages = messages_service.Writer(self.store)
-        self.checkpoints = transparency_service.Checkpoints(
-            self.store, transparency_service.signer(settings, self.identity)
+        signer = transparency_service.signer(settings, self.identity)
+        self.checkpoints = transparency_service.Checkpoints(self.store, signer)
+        # Read at start, so that a witness the signing key cannot have stops the gateway in one line.
+        self.witnesses = transparency_service.witnesses(settings, self.identity)
+        self.witnessed = transparency_service.Witnessed(
+            self.store, signer, self.witnesses, transparency_service.quorum(settings)
         )
         self.streams = Hub(self.store, settings)
         # Asked in order by every protected Public route; see auth/schemes.py.
@@ -114,6 +119,11 @@ class Gateway:
             runtimes.from_settings(settings) if "worker" in roles else runtimes.NoRuntime()
         )
         self.worker: Worker | None = None
+        # One witness collector across the deployment, in a worker process that leads it.
+        self.collector = (
+            Collector(self.store, self.checkpoints, self.witnesses) if "worker" in roles and self.witnesses else None
+        )
+        self._collector_task: asyncio.Task[None] | None = None
         self._worker_task: asyncio.Task[None] | None = None
         # What counts the requests of both servers (ops.observe), flushed into the metrics.
         self.observers: list[Observed] = []
@@ -232,6 +242,7 @@ class Gateway:
         app.state.publisher = self.publisher
         app.state.messages = self.messages
         app.state.checkpoints = self.checkpoints
+        app.state.witnessed = self.witnessed
         app.state.streams = self.streams
         app.state.auth_schemes = self.auth_schemes
         return app
@@ -260,8 +271,17 @@ class Gateway:
             self._worker_task = asyncio.create_task(
                 leadership.lead(self.store, "signal worker", self.worker.run), name="signal worker"
             )
+        if self.collector is not None:
+            self._collector_task = asyncio.create_task(
+                leadership.lead(self.store, "witness collector", self.collector.run), name="witness collector"
+            )
 
     async def stop(self) -> None:
+        if self.collector is not None and self._collector_task is not None:
+            self.collector.stop()
+            if not self.collector.active:
+                self._collector_task.cancel()  # a standby waiting for leadership
+            await asyncio.gather(self._collector_task, return_exceptions=True)
         await self.streams.close()
         await self.mcp.stop()
         if self._flush_task is not None:

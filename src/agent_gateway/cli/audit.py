@@ -11,6 +11,7 @@ import httpx
 import typer
 
 from agent_gateway import jsontext
+from agent_gateway.cli import proofs
 from agent_gateway.cli.common import fail, print_json
 from agent_gateway.signatures import verifier
 from agent_gateway.transparency import audit as audits
@@ -25,12 +26,22 @@ def audit(
         str | None, typer.Option("--jwks", help="the JWK Set: a file or URL (default: URL/jwks.json)")
     ] = None,
     token_stdin: Annotated[bool, typer.Option("--token-stdin", help="read a bearer Token from stdin")] = False,
+    witnesses: Annotated[
+        list[str] | None,
+        typer.Option("--witness", help="a witness's cosignature vkey: the witnessed checkpoint is required too; repeat for each"),
+    ] = None,
+    quorum: Annotated[
+        int | None, typer.Option("--quorum", min=1, help="cosignatures needed among --witness (default: all of them)")
+    ] = None,
 ) -> None:
     """Verify the signed checkpoint, its consistency with the remembered one, and every new Decision.
 
     Exit 0 when everything holds (and remember the checkpoint); exit 1 with one
-    line naming the first Decision or checkpoint that does not.
+    line naming the first Decision or checkpoint that does not. With --witness, the
+    witnessed checkpoint must also verify, hold --quorum cosignatures of those
+    witnesses, and be consistent with the checkpoint verified.
     """
+    witness_keys, needed = proofs.witness_policy(witnesses, quorum)
     base = url.rstrip("/")
     headers = {}
     if token_stdin:
@@ -47,7 +58,7 @@ def audit(
     try:
         remembered = audits.load_state(state.read_bytes() if state is not None and state.exists() else None)
         with httpx.Client(base_url=base, headers=headers, timeout=audits.TIMEOUT_S) as client:
-            new_state, report = audits.Auditor(client, keys).audit(remembered)
+            new_state, report = audits.Auditor(client, keys, witness_keys, needed).audit(remembered)
     except audits.AuditFailure as exc:
         raise fail(str(exc)) from None
     except OSError as exc:

@@ -23,7 +23,8 @@ except ImportError:  # pragma: no cover - an older Typer on the real click
 
 from agent_gateway import deployment, errors
 from agent_gateway.cli import (
-    audit, channels, chat, common, decisions, doctor, keys, mcp, messages, retention, schedules, sign, signals, tokens,
+    audit, channels, chat, common, decisions, doctor, keys, mcp, messages, proofs, retention, schedules, sign, signals,
+    tokens,
     users,
     webhooks,
 )
@@ -62,6 +63,7 @@ app.command("sign")(sign.sign)
 app.command("verify")(sign.verify)
 app.command("prune")(retention.prune)
 app.command("audit")(audit.audit)
+app.command("verify-proof")(proofs.verify_proof)
 app.command("chat")(chat.chat)
 app.command("mcp")(mcp.mcp)
 app.command("doctor")(doctor.doctor)

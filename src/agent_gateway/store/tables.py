@@ -278,3 +278,14 @@ channel_deliveries = sa.Table(
     sa.CheckConstraint("kind IN ('message', 'notice')", name="kind"),
     sqlite_autoincrement=True,
 )
+
+witness_cosignatures = sa.Table(
+    "witness_cosignatures",
+    metadata,
+    # One witness's cosignature (c2sp.org/tlog-cosignature) of the checkpoint of one tree size,
+    # kept so that a witnessed checkpoint is served at once after a restart (transparency.collector).
+    # A size has one root (the tree is append-only), so the size names the checkpoint.
+    sa.Column("witness", sa.Text, primary_key=True),  # its verifier key, as configured
+    sa.Column("tree_size", sa.BigInteger, primary_key=True),
+    sa.Column("line", sa.Text, nullable=False),  # the signature line, without its newline
+)

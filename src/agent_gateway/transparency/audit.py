@@ -24,7 +24,7 @@ from joserfc.jwk import Key
 from agent_gateway import errors, merkle
 from agent_gateway.signatures import verifier
 from agent_gateway.signatures.service import DECISION_TYP
-from agent_gateway.transparency import note
+from agent_gateway.transparency import note, witness
 
 PAGE = 200  # the spec's largest window
 TIMEOUT_S = 60
@@ -83,9 +83,15 @@ def _b64(data: bytes) -> str:
 class Auditor:
     """Audits the log served at ``base_url`` (either server) against the JWK Set ``keys``."""
 
-    def __init__(self, client: httpx.Client, keys: list[Key]) -> None:
+    def __init__(
+        self, client: httpx.Client, keys: list[Key], witnesses: list[witness.WitnessKey] | None = None, quorum: int = 0
+    ) -> None:
         self._client = client
         self._keys = keys
+        # With witnesses, a round also requires the witnessed checkpoint: cosigned by ``quorum`` of
+        # them, and consistent with the checkpoint just verified (so with the remembered one).
+        self._witnesses = witnesses or []
+        self._quorum = quorum
 
     def audit(self, state: State) -> tuple[State, Report]:
         """One round from ``state``; the new state and what was checked. Raises :class:`AuditFailure`."""
@@ -109,8 +115,43 @@ class Auditor:
         if root != checkpoint.root:
             self._find_rewritten(state, checkpoint)
             raise AuditFailure(f"{name}: the Decisions after seq {state.last_seq} do not rebuild its root")
+        if self._witnesses:
+            self._check_witnessed(checkpoint)
         new_state = State(checkpoint.origin, checkpoint.size, checkpoint.root, last_seq, tuple(frontier))
         return new_state, Report(checkpoint, checkpoint.size - state.size)
+
+    def _check_witnessed(self, checkpoint: note.Checkpoint) -> None:
+        """The witnessed checkpoint verifies, holds ``quorum`` cosignatures of the given witnesses, and
+        is consistent with ``checkpoint`` (whichever of the two is older: the log may have grown)."""
+        response = self._client.get("/checkpoint/witnessed")
+        if response.status_code == 404:
+            raise AuditFailure("the witnessed checkpoint: none yet (no checkpoint has the witnesses' quorum)")
+        if response.status_code != 200:
+            raise AuditFailure(f"the witnessed checkpoint: HTTP {response.status_code}")
+        keys = [key for jwk in self._keys for key in note.note_keys(checkpoint.origin, jwk.as_dict())]
+        try:
+            text = note.open_note(response.content, keys)
+            witnessed = note.Checkpoint.parse(text)
+        except note.NoteError as exc:
+            raise AuditFailure(f"the witnessed checkpoint does not verify against the JWK Set: {exc}") from None
+        name = f"witnessed checkpoint {witnessed.size}"
+        if witnessed.origin != checkpoint.origin:
+            raise AuditFailure(f"{name} names the log {witnessed.origin!r}, not {checkpoint.origin!r}")
+        lines = response.content[len(text) + 1 :]
+        try:
+            cosigned = [key.name for key in self._witnesses if witness.cosignature_of(key, text, lines) is not None]
+        except note.NoteError as exc:
+            raise AuditFailure(f"{name}: {exc}") from None
+        if len(cosigned) < self._quorum:
+            raise AuditFailure(f"{name}: {len(cosigned)} of the given witnesses cosigned it, --quorum is {self._quorum}")
+        old, new = sorted((witnessed, checkpoint), key=lambda head: head.size)
+        if old.size == 0:
+            return
+        body = self._get_json(f"/checkpoint/consistency?from={old.size}&to={new.size}", name)
+        try:
+            merkle.verify_consistency(old.size, new.size, old.root, new.root, _hashes(body, name))
+        except merkle.ProofError as exc:
+            raise AuditFailure(f"{name} is not consistent with checkpoint {checkpoint.size}: {exc}") from None
 
     def _checkpoint(self, origin: str | None) -> note.Checkpoint:
         response = self._get("/checkpoint", "the checkpoint")

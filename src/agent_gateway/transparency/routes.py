@@ -1,5 +1,5 @@
 """The auditable log, on both servers (the Public server's behind the bearer, as the Decision reads):
-GET /checkpoint, GET /checkpoint/consistency, GET /decisions/{seq}/proof."""
+GET /checkpoint, GET /checkpoint/witnessed, GET /checkpoint/consistency, GET /decisions/{seq}/proof."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from agent_gateway.http.app import router as new_router
 from agent_gateway.http.fastpath import Answer
 from agent_gateway.http.routing import INT32_MAX, error_responses, json_response, parse_int
 from agent_gateway.store.engine import Store
-from agent_gateway.transparency import service
+from agent_gateway.transparency import proof, service
 
 CHECKPOINT_MEDIA_TYPE = "text/plain; charset=utf-8"
 
@@ -35,6 +35,14 @@ class ConsistencyOut(BaseModel):
     hashes: list[str] = Field(description="the RFC 9162 consistency proof, base64; empty when from = to")
 
 
+FormatQuery = Annotated[
+    str | None,
+    Query(
+        alias="format",
+        description="`tlog-proof`: the offline proof in the witnessed checkpoint (c2sp.org/tlog-proof@v1), "
+        "its extra the base64 of the Decision's JWS; 404 until a witnessed checkpoint holds the Decision",
+    ),
+]
 SizeQuery = Annotated[str | None, Query(description="tree size (default: the current tree)")]
 FromQuery = Annotated[str | None, Query(alias="from", description="the older tree size, at least 1")]
 ToQuery = Annotated[str | None, Query(description="the newer tree size (default: the current tree)")]
@@ -50,6 +58,15 @@ _CHECKPOINT = {
     }
 }
 _CHECKPOINT_SUMMARY = "The signed checkpoint of the Decision log's Merkle tree"
+_WITNESSED = {
+    200: {
+        "content": {"text/plain": {"schema": {"type": "string"}}},
+        "description": "The checkpoint as one C2SP signed note: the gateway's signature line and one "
+        "C2SP tlog-cosignature line per witness that cosigned it",
+    },
+    **error_responses(404),
+}
+_WITNESSED_SUMMARY = "The newest checkpoint cosigned by a quorum of the witnesses"
 _PROOF = {200: {"model": InclusionOut}, **error_responses(404)}
 _PROOF_SUMMARY = "The inclusion proof of a Decision in the tree of a size"
 _CONSISTENCY = {200: {"model": ConsistencyOut}}
@@ -64,8 +81,24 @@ async def _checkpoint(request: Request) -> Response:
     return Response(await request.app.state.checkpoints.latest(), media_type=CHECKPOINT_MEDIA_TYPE)
 
 
+async def _witnessed(request: Request) -> Response:
+    _, signed = await request.app.state.witnessed.latest()
+    return Response(signed, media_type=CHECKPOINT_MEDIA_TYPE)
+
+
 def _proof_args(seq: str, size: str | None) -> tuple[int, int | None]:
     return params.seq_path(seq), parse_int("size", size, 1, INT32_MAX)
+
+
+async def _proof_answer(request: Request, seq: str, size: str | None, format_: str | None) -> Any:
+    if format_ is None:
+        return json_response(await _proof(request.app.state.store, *_proof_args(seq, size)))
+    if format_ != "tlog-proof":
+        raise errors.InvalidInput("format must be tlog-proof")
+    if size is not None:
+        raise errors.InvalidInput("size cannot be given with format=tlog-proof: the proof is in the witnessed checkpoint")
+    body = await service.tlog_proof(request.app.state.store, request.app.state.witnessed, params.seq_path(seq))
+    return Response(body, media_type=proof.MEDIA_TYPE)
 
 
 async def _proof(store: Store, seq: int, size: int | None) -> dict[str, Any]:
@@ -87,14 +120,19 @@ async def checkpoint_agent(request: Request) -> Any:
     return await _checkpoint(request)
 
 
+@agent.get("/checkpoint/witnessed", response_class=Response, responses=_WITNESSED, summary=_WITNESSED_SUMMARY)
+async def witnessed_agent(request: Request) -> Any:
+    return await _witnessed(request)
+
+
 @agent.get("/checkpoint/consistency", responses=_CONSISTENCY, summary=_CONSISTENCY_SUMMARY)
 async def consistency_agent(request: Request, from_: FromQuery = None, to: ToQuery = None) -> Any:
     return json_response(await _consistency(request.app.state.store, *_consistency_args(from_, to)))
 
 
 @agent.get("/decisions/{seq}/proof", responses=_PROOF, summary=_PROOF_SUMMARY)
-async def proof_agent(request: Request, seq: str, size: SizeQuery = None) -> Any:
-    return json_response(await _proof(request.app.state.store, *_proof_args(seq, size)))
+async def proof_agent(request: Request, seq: str, size: SizeQuery = None, format_: FormatQuery = None) -> Any:
+    return await _proof_answer(request, seq, size, format_)
 
 
 @public.get(
@@ -104,14 +142,24 @@ async def checkpoint_public(request: Request, _: Authenticated) -> Any:
     return await _checkpoint(request)
 
 
+@public.get(
+    "/checkpoint/witnessed", response_class=Response, responses={**_WITNESSED, **error_responses(401)},
+    summary=_WITNESSED_SUMMARY,
+)
+async def witnessed_public(request: Request, _: Authenticated) -> Any:
+    return await _witnessed(request)
+
+
 @public.get("/checkpoint/consistency", responses={**_CONSISTENCY, **error_responses(401)}, summary=_CONSISTENCY_SUMMARY)
 async def consistency_public(request: Request, _: Authenticated, from_: FromQuery = None, to: ToQuery = None) -> Any:
     return json_response(await _consistency(request.app.state.store, *_consistency_args(from_, to)))
 
 
 @public.get("/decisions/{seq}/proof", responses={**_PROOF, **error_responses(401)}, summary=_PROOF_SUMMARY)
-async def proof_public(request: Request, _: Authenticated, seq: str, size: SizeQuery = None) -> Any:
-    return json_response(await _proof(request.app.state.store, *_proof_args(seq, size)))
+async def proof_public(
+    request: Request, _: Authenticated, seq: str, size: SizeQuery = None, format_: FormatQuery = None
+) -> Any:
+    return await _proof_answer(request, seq, size, format_)
 
 
 # --- The fast path (http.fastpath): the proofs an auditor asks for in bulk -----------

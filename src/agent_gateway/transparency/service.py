@@ -13,12 +13,13 @@ import hashlib
 from cryptography.hazmat.primitives import serialization
 
 from agent_gateway import errors, merkle
-from agent_gateway.config import Settings
+from agent_gateway.config import Settings, SettingsError
+from agent_gateway.decisions import service as decisions_service
 from agent_gateway.decisions.service import DecisionNotFound
 from agent_gateway.signatures.identity import SigningIdentity
 from agent_gateway.store.engine import Store
-from agent_gateway.store.queries import tree
-from agent_gateway.transparency import note
+from agent_gateway.store.queries import tree, witnesses as witness_queries
+from agent_gateway.transparency import note, proof, witness
 
 ORIGIN_PREFIX = "agent-gateway/decisions/"
 
@@ -36,6 +37,39 @@ def origin(settings: Settings, identity: SigningIdentity) -> str:
 
 def signer(settings: Settings, identity: SigningIdentity) -> note.NoteSigner:
     return note.NoteSigner(origin(settings, identity), identity.key, identity.algorithm)
+
+
+@dataclasses.dataclass(frozen=True)
+class Witness:
+    """A configured witness: where it takes checkpoints, and the key its cosignatures verify under."""
+
+    url: str
+    key: witness.WitnessKey
+
+
+def witnesses(settings: Settings, identity: SigningIdentity) -> list[Witness]:
+    """The ``[[transparency.witnesses]]``, read once at start. Raises :class:`SettingsError` (one line
+    naming the setting) for a vkey that is not a cosignature/v1 key, and for witnesses with a signing
+    key that is not Ed25519: witnesses verify Ed25519 checkpoint signatures only."""
+    if not settings.witnesses:
+        return []
+    if signer(settings, identity).key.type != note.ED25519:
+        raise SettingsError(
+            f"transparency.witnesses: only an Ed25519 signing key can be witnessed (the signing key signs "
+            f"with {identity.algorithm}); remove the witnesses or sign with an Ed25519 key"
+        )
+    configured = []
+    for index, table in enumerate(settings.witnesses):
+        try:
+            configured.append(Witness(table.url, witness.WitnessKey.parse(table.vkey)))
+        except note.NoteError as exc:
+            raise SettingsError(f"transparency.witnesses[{index}].vkey: {exc}") from None
+    return configured
+
+
+def quorum(settings: Settings) -> int:
+    """How many cosignatures make a checkpoint witnessed: ``transparency.witness_quorum``, or every witness."""
+    return settings.witness_quorum if settings.witness_quorum is not None else len(settings.witnesses)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,6 +99,49 @@ class Checkpoints:
         if self._latest is None or self._latest[0] < size:
             self._latest = (size, signed)
         return signed
+
+
+class NotWitnessed(errors.NotFound):
+    """No checkpoint has the cosignatures of a quorum of witnesses yet."""
+
+
+class Witnessed:
+    """The witnessed checkpoint: the newest one a quorum of the configured witnesses cosigned."""
+
+    def __init__(self, store: Store, signer: note.NoteSigner, witnesses: list[Witness], quorum: int) -> None:
+        self._store = store
+        self._signer = signer
+        self._witnesses = witnesses
+        self._quorum = quorum
+
+    async def latest(self) -> tuple[int, bytes]:
+        """The witnessed tree size, and its checkpoint as one signed note (c2sp.org/tlog-cosignature):
+        the checkpoint text, the gateway's signature line and one cosignature line per configured
+        witness that cosigned that size. Raises :class:`NotWitnessed` until a quorum cosigned one
+        (always, with no witnesses)."""
+        vkeys = [configured.key.vkey() for configured in self._witnesses]
+        if not vkeys:
+            raise NotWitnessed()
+        async with self._store.read() as conn:
+            found = await witness_queries.witnessed(conn, vkeys, self._quorum)
+        if found is None:
+            raise NotWitnessed()
+        # Ed25519 signatures are deterministic: this is the note the witnesses were sent.
+        root = await merkle.root(tree.fetcher(self._store), found.tree_size)
+        signed = self._signer.sign(note.Checkpoint(self._signer.origin, found.tree_size, root).text())
+        return found.tree_size, signed + b"".join(found.lines[vkey].encode() + b"\n" for vkey in vkeys if vkey in found.lines)
+
+
+async def tlog_proof(store: Store, witnessed: Witnessed, seq: int) -> bytes:
+    """The offline proof of Decision ``seq`` (c2sp.org/tlog-proof@v1) in the witnessed checkpoint.
+    Raises :class:`DecisionNotFound`, and :class:`NotWitnessed` until a witnessed checkpoint holds it."""
+    size, signed = await witnessed.latest()
+    decision = await decisions_service.get(store, seq)
+    index = (await inclusion(store, seq, None)).index
+    if index >= size:
+        raise NotWitnessed(f"Decision {seq} is not yet in a witnessed checkpoint (of {size} Decisions)")
+    hashes = (await inclusion(store, seq, size)).hashes
+    return proof.TlogProof(decision.jws.encode(), index, hashes, signed).render()
 
 
 async def inclusion(store: Store, seq: int, size: int | None) -> Inclusion:

@@ -1,0 +1,53 @@
+"""``agent-gateway verify-proof``: check an offline proof of a Decision with no network and no database."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from agent_gateway.cli.common import fail
+from agent_gateway.transparency import note, proof, witness
+
+
+def witness_policy(vkeys: list[str] | None, quorum: int | None) -> tuple[list[witness.WitnessKey], int]:
+    """The ``--witness`` keys and the ``--quorum`` (default: all of them); one line, exit 1, when not usable."""
+    keys = []
+    for index, vkey in enumerate(vkeys or []):
+        try:
+            keys.append(witness.WitnessKey.parse(vkey))
+        except note.NoteError as exc:
+            raise fail(f"--witness #{index + 1}: {exc}") from None
+    needed = len(keys) if quorum is None else quorum
+    if needed > len(keys):
+        raise fail(f"--quorum {needed}: more than the {len(keys)} --witness keys given")
+    return keys, needed
+
+
+def verify_proof(
+    file: Annotated[Path, typer.Argument(help="the proof (c2sp.org/tlog-proof@v1), from GET /decisions/{seq}/proof?format=tlog-proof")],
+    key: Annotated[str, typer.Option("--key", help="the gateway's vkey (agent-gateway keys show)")],
+    witnesses: Annotated[
+        list[str] | None, typer.Option("--witness", help="a witness's cosignature vkey; repeat for each")
+    ] = None,
+    quorum: Annotated[
+        int | None, typer.Option("--quorum", min=0, help="cosignatures needed among --witness (default: all of them)")
+    ] = None,
+    statement: Annotated[str | None, typer.Option("--statement", help="the text the Decision must say")] = None,
+) -> None:
+    """Verify the proof: the leaf hashes into the checkpoint's root, the gateway's signature and the
+    Decision's JWS verify under --key, at least --quorum of the --witness keys cosigned, and (with
+    --statement) the Decision says that. Exit 0 and one line; exit 1 and one line naming the failure.
+    """
+    witness_keys, needed = witness_policy(witnesses, quorum)
+    try:
+        data = file.read_bytes()
+    except OSError as exc:
+        raise fail(f"{file}: {exc.strerror}") from None
+    try:
+        verified = proof.verify(proof.TlogProof.parse(data), proof.gateway_key(key), witness_keys, needed, statement)
+    except proof.ProofFailure as exc:
+        raise fail(str(exc)) from None
+    cosigned = f", cosigned by {', '.join(verified.cosigned_by)}" if verified.cosigned_by else ""
+    typer.echo(f"ok: Decision {verified.seq} is in {verified.checkpoint.origin} at tree size {verified.checkpoint.size}{cosigned}")

@@ -1,0 +1,154 @@
+"""The collector: submits the log's newest checkpoint to every witness and keeps their cosignatures.
+
+It runs beside the log, never on a request's path: a publish is never delayed, blocked or failed
+by a witness. It works in the leading process only (``leadership.lead``, like the Signal Worker),
+under ``supervisor.supervise``. Each pass signs the checkpoint of the tree as it is then, so that
+however many Decisions were published since the last pass, a witness gets one request: the
+coalescing is the pass itself. A witness's state (the size it last cosigned, from the table at
+start, corrected by its 409 answers) is this process's; a new leader reads it again.
+
+A witness that fails (unreachable, a 5xx) is tried again after a backoff that doubles from
+:data:`FIRST_RETRY_S` up to :data:`MAX_RETRY_S`; one that refuses the log (403, 404, a
+cosignature that does not verify) is a setting to check, tried again every :data:`MAX_RETRY_S`.
+Each change of a witness's state is one log line, never a traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import time
+
+import httpx
+
+from agent_gateway.ops import metrics
+from agent_gateway.store.engine import Store
+from agent_gateway.store.queries import witnesses as witness_queries
+from agent_gateway.transparency import note, service, witness
+
+logger = logging.getLogger(__name__)
+
+# How often the leader looks for a grown tree: the correctness fallback, and a bound on the
+# publish -> witnessed latency (plus the witnesses' answers).
+POLL_S = 0.5
+FIRST_RETRY_S = 1.0
+MAX_RETRY_S = 60.0
+REQUEST_TIMEOUT_S = 10.0
+# Every witness's requests, kept alive between passes (tlog-witness asks clients to).
+_CONNECTIONS_PER_WITNESS = 2
+
+
+@dataclasses.dataclass
+class _State:
+    """What the collector knows of one witness."""
+
+    index: int  # its [[transparency.witnesses]] table
+    size: int  # the size it last cosigned (0: none we know of)
+    status: str = "new"  # "ok", "failing" or "refused": a line is logged when it changes
+    reason: str = ""
+    retry: float = 0.0  # the backoff after the last failure
+    next_at: float = 0.0  # monotonic: not asked before then
+
+
+class Collector:
+    """Collects the configured witnesses' cosignatures of the newest checkpoint."""
+
+    def __init__(self, store: Store, checkpoints: service.Checkpoints, witnesses: list[service.Witness]) -> None:
+        self._store = store
+        self._checkpoints = checkpoints
+        self._witnesses = witnesses
+        self._stop = asyncio.Event()
+        self.active = False  # whether this process leads the collection (and runs a pass)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    async def run(self) -> None:
+        """Pass after pass until :meth:`stop`; what it cannot do (the database gone) raises."""
+        self.active = True
+        try:
+            await self._passes()
+        finally:
+            self.active = False
+
+    async def _passes(self) -> None:
+        vkeys = [configured.key.vkey() for configured in self._witnesses]
+        async with self._store.read() as conn:
+            sizes = await witness_queries.last_sizes(conn, vkeys)
+        states = [_State(index, sizes.get(vkey, 0)) for index, vkey in enumerate(vkeys)]
+        for configured, state in zip(self._witnesses, states):
+            metrics.witness_cosigned_size.labels(configured.key.name).set(state.size)
+        limits = httpx.Limits(max_connections=_CONNECTIONS_PER_WITNESS * len(states))
+        async with httpx.AsyncClient(timeout=REQUEST_TIMEOUT_S, limits=limits) as client:
+            while not self._stop.is_set():
+                signed = await self._checkpoints.latest()
+                text = signed[: signed.rindex(b"\n\n") + 1]
+                size = note.Checkpoint.parse(text).size
+                now = time.monotonic()
+                due = [state for state in states if state.size != size and state.next_at <= now]
+                if due:
+                    await asyncio.gather(*(self._submit(client, state, signed, text, size) for state in due))
+                # A 409 resync is tried again at once; the rest waits for the next pass.
+                if not any(state.status == "resync" for state in states):
+                    try:
+                        await asyncio.wait_for(self._stop.wait(), POLL_S)
+                    except asyncio.TimeoutError:
+                        pass
+
+    async def _submit(self, client: httpx.AsyncClient, state: _State, signed: bytes, text: bytes, size: int) -> None:
+        configured = self._witnesses[state.index]
+        if state.size > size:
+            answer: witness.Answer = witness.Refused(
+                f"it cosigned a tree of {state.size}, larger than this log's {size}: another log under this origin?"
+            )
+        else:
+            proof = [] if state.size == 0 else (await service.consistency(self._store, state.size, size))[1]
+            body = witness.add_checkpoint_body(state.size, proof, signed)
+            try:
+                response = await client.post(f"{configured.url}/add-checkpoint", content=body)
+            except httpx.HTTPError as exc:
+                answer = witness.Failed(f"cannot reach it ({type(exc).__name__})")
+            else:
+                answer = witness.read_answer(
+                    configured.key, text, response.status_code, response.headers.get("content-type", ""), response.content
+                )
+        await self._record(state, configured, answer, size)
+
+    async def _record(self, state: _State, configured: service.Witness, answer: witness.Answer, size: int) -> None:
+        name = configured.key.name
+        if isinstance(answer, witness.Cosigned):
+            async with self._store.transaction() as conn:
+                line = answer.cosignature.line().decode().rstrip("\n")
+                await witness_queries.add(conn, witness=configured.key.vkey(), tree_size=size, line=line)
+            state.size, state.retry, state.next_at = size, 0.0, 0.0
+            metrics.witness_cosigned_size.labels(name).set(size)
+            self._change(state, configured, "ok", f"cosigns (tree size {size})")
+            return
+        if isinstance(answer, witness.Conflict) and answer.size is not None and answer.size != state.size:
+            # tlog-witness: resubmit from the size the witness holds.
+            state.size = answer.size
+            self._change(state, configured, "resync", f"holds tree size {answer.size}; resubmitting from it")
+            return
+        metrics.witness_failures.labels(name).inc()
+        if isinstance(answer, witness.Conflict):
+            answer = witness.Refused(f"409 for tree size {state.size}: it holds another root for it (a split view?)")
+        if isinstance(answer, witness.Refused):
+            state.retry = MAX_RETRY_S
+            self._change(state, configured, "refused", f"{answer.reason}; check its url and vkey in transparency.witnesses[{state.index}]")
+        else:
+            state.retry = min(MAX_RETRY_S, max(FIRST_RETRY_S, state.retry * 2))
+            self._change(state, configured, "failing", f"{answer.reason}; trying again with backoff (at most {MAX_RETRY_S:g} s)")
+        state.next_at = time.monotonic() + state.retry
+
+    def _change(self, state: _State, configured: service.Witness, status: str, reason: str) -> None:
+        """One log line per change of a witness's state (a failure's reason changing is one)."""
+        changed = status != state.status or (status in ("failing", "refused") and reason != state.reason)
+        state.status, state.reason = status, reason
+        if not changed:
+            return
+        level = logging.INFO if status in ("ok", "resync") else logging.WARNING
+        logger.log(
+            level, "witness %s (%s) %s", configured.key.name, configured.url, reason,
+            extra={"action": "witness_" + status, "witness": configured.key.name},
+        )

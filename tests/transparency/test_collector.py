@@ -1,0 +1,311 @@
+"""The witness collector against real witnesses (aics-witness from PyPI, tests/servers.py): quorum,
+a witness down and back, a witness with another key for the log, a restart, a 409 resync, and two
+processes on PostgreSQL with one collector."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import dataclasses
+import logging
+import os
+import subprocess
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import sqlalchemy as sa
+
+from agent_gateway import config
+from agent_gateway.gateway import Gateway
+from agent_gateway.ops import metrics
+from agent_gateway.signatures import keys
+from agent_gateway.signatures.identity import SigningIdentity
+from agent_gateway.store.tables import witness_cosignatures
+from agent_gateway.transparency import note, proof, service, witness
+from tests import servers
+from tests.transparency.test_routes import publish
+
+pytestmark = pytest.mark.processes
+
+# Ceilings, never durations: a witness that was down is retried within the 60 s backoff cap.
+CEILING_S = 180.0
+
+
+@pytest.fixture(scope="module")
+def witnesses(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[servers.Witness]]:
+    """Three witnesses, shared by the module's tests: each test has a log (an origin) of its own."""
+    with contextlib.ExitStack() as stack:
+        try:
+            started = [stack.enter_context(servers.witness(tmp_path_factory.mktemp(f"w{n}"), f"w{n}.test/w")) for n in (1, 2, 3)]
+        except servers.CannotInstall as exc:
+            if os.environ.get("AGENT_GATEWAY_TEST_REQUIRE_WITNESS"):
+                pytest.fail(f"the witness is required: {exc}")
+            pytest.skip(str(exc))
+        yield started
+
+
+@pytest.fixture
+def origin() -> str:
+    return f"agent-gateway.test/{uuid.uuid4().hex[:12]}"
+
+
+def with_witnesses(settings: config.Settings, origin: str, listed: list[servers.Witness], quorum: int | None = None) -> config.Settings:
+    return dataclasses.replace(
+        settings, transparency_origin=origin, witnesses=tuple(config.Witness(w.url, w.vkey) for w in listed),
+        witness_quorum=quorum,
+    )
+
+
+def log_vkey(settings: config.Settings, identity: SigningIdentity | None = None) -> str:
+    """The gateway's checkpoint vkey, which a witness is configured with for the log."""
+    return service.signer(settings, identity or SigningIdentity.from_settings(settings)).key.vkey()
+
+
+@pytest.fixture
+async def running() -> AsyncIterator[Callable[[config.Settings], "asyncio.Future[Gateway]"]]:
+    """Starts gateways; each is stopped at the end of the test (if the test did not)."""
+    started: list[Gateway] = []
+
+    async def start(settings: config.Settings, roles: frozenset[str] | None = None) -> Gateway:
+        gateway = Gateway(settings) if roles is None else Gateway(settings, roles)
+        await gateway.start()
+        started.append(gateway)
+        return gateway
+
+    yield start  # type: ignore[misc]
+    for gateway in started:
+        if not getattr(gateway, "_stopped_by_test", False):
+            await gateway.stop()
+
+
+async def stop(gateway: Gateway) -> None:
+    gateway._stopped_by_test = True  # type: ignore[attr-defined]
+    await gateway.stop()
+
+
+async def wait_for(check: Callable[[], "asyncio.Future[bool]"], what: str) -> None:
+    async with asyncio.timeout(CEILING_S):
+        while not await check():
+            await asyncio.sleep(0.05)
+
+
+def client(gateway: Gateway) -> httpx.AsyncClient:
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=gateway.agent_asgi), base_url="http://agent")
+
+
+async def witnessed_size(gateway: Gateway) -> int | None:
+    async with client(gateway) as agent:
+        response = await agent.get("/checkpoint/witnessed")
+    if response.status_code == 404:
+        return None
+    assert response.status_code == 200
+    return note.Checkpoint.parse(response.content[: response.content.index(b"\n\n") + 1]).size
+
+
+async def cosigned_by(gateway: Gateway, listed: servers.Witness) -> list[int]:
+    async with gateway.store.read() as conn:
+        rows = await conn.execute(
+            sa.select(witness_cosignatures.c.tree_size).where(witness_cosignatures.c.witness == listed.vkey)
+        )
+        return sorted(size for (size,) in rows)
+
+
+async def test_a_quorum_of_real_witnesses_cosigns_and_the_note_verifies(
+    settings: config.Settings, witnesses: list[servers.Witness], origin: str, running: Callable
+) -> None:
+    settings = with_witnesses(settings, origin, witnesses[:2])
+    for listed in witnesses[:2]:
+        listed.trust(origin, log_vkey(settings))
+    gateway = await running(settings)
+    async with client(gateway) as agent:
+        await publish(agent, 3)
+
+        async def at(size: int) -> bool:
+            return await witnessed_size(gateway) == size
+
+        await wait_for(lambda: at(3), "witnessed at 3")
+        response = await agent.get("/checkpoint/witnessed")
+        text = response.content[: response.content.index(b"\n\n") + 1]
+        lines = response.content.split(b"\n\n", 1)[1].split(b"\n")[1:-1]
+        for listed, line in zip(witnesses[:2], lines):
+            assert witness.cosignature_of(witness.WitnessKey.parse(listed.vkey), text, line + b"\n") is not None
+        # More Decisions: the witnessed checkpoint follows.
+        await publish(agent, 4)
+        await wait_for(lambda: at(7), "witnessed at 7")
+    # The metric per witness: the largest size it cosigned.
+    for listed in witnesses[:2]:
+        name = witness.WitnessKey.parse(listed.vkey).name
+        assert metrics.witness_cosigned_size.labels(name)._value.get() == 7  # type: ignore[attr-defined]
+
+
+async def test_a_witness_down_delays_only_itself_and_catches_up_on_its_return(
+    settings: config.Settings, witnesses: list[servers.Witness], origin: str, running: Callable
+) -> None:
+    settings = with_witnesses(settings, origin, witnesses, quorum=2)
+    for listed in witnesses:
+        listed.trust(origin, log_vkey(settings))
+    down = witnesses[2]
+    down.stop()
+    try:
+        gateway = await running(settings)
+        async with client(gateway) as agent:
+            await publish(agent, 2)  # publishes answer while a witness is down
+
+            async def quorum_at_2() -> bool:
+                return await witnessed_size(gateway) == 2
+
+            await wait_for(quorum_at_2, "witnessed by the two up")
+            assert await cosigned_by(gateway, down) == []
+    finally:
+        down.start()
+
+    async def caught_up() -> bool:
+        return 2 in await cosigned_by(gateway, down)
+
+    await wait_for(caught_up, "the returning witness cosigns")
+
+
+async def test_a_witness_with_another_key_for_the_log_never_cosigns_and_says_so_once(
+    settings: config.Settings, witnesses: list[servers.Witness], origin: str, running: Callable,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    settings = with_witnesses(settings, origin, witnesses[:2], quorum=1)
+    witnesses[0].trust(origin, log_vkey(settings))
+    witnesses[1].trust(origin, log_vkey(settings, SigningIdentity(keys.generate_pem("ed25519"))))
+    caplog.set_level(logging.INFO, "agent_gateway.transparency.collector")
+    gateway = await running(settings)
+    async with client(gateway) as agent:
+        await publish(agent, 1)
+
+        async def witnessed() -> bool:
+            return await witnessed_size(gateway) == 1
+
+        await wait_for(witnessed, "witnessed by the other")
+        await publish(agent, 1)
+
+        async def witnessed_again() -> bool:
+            return await witnessed_size(gateway) == 2
+
+        await wait_for(witnessed_again, "witnessed again by the other")
+    assert await _failures(gateway, witnesses[1]) >= 1
+    assert await cosigned_by(gateway, witnesses[1]) == []
+    refusals = [r.getMessage() for r in caplog.records if r.__dict__.get("action") == "witness_refused"]
+    assert len(refusals) == 1 and "403" in refusals[0] and "transparency.witnesses[1]" in refusals[0]
+    assert all(r.exc_info is None for r in caplog.records)
+
+
+async def _failures(gateway: Gateway, listed: servers.Witness) -> float:
+    name = witness.WitnessKey.parse(listed.vkey).name
+    return metrics.witness_failures.labels(name)._value.get()  # type: ignore[attr-defined]
+
+
+async def test_after_a_restart_the_witnessed_checkpoint_is_served_at_once_and_a_409_resyncs(
+    settings: config.Settings, witnesses: list[servers.Witness], origin: str, running: Callable,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    settings = with_witnesses(settings, origin, witnesses[:2])
+    for listed in witnesses[:2]:
+        listed.trust(origin, log_vkey(settings))
+    first = await running(settings)
+    async with client(first) as agent:
+        await publish(agent, 3)
+
+    async def at_3() -> bool:
+        return await witnessed_size(first) == 3
+
+    await wait_for(at_3, "witnessed at 3")
+    await stop(first)
+    # Served at once by a process that collects nothing (no worker role): from the table.
+    api = await running(settings, frozenset({"api"}))
+    assert await witnessed_size(api) == 3
+    # The gateway forgets what the first witness cosigned: it resubmits from 0, the witness answers
+    # 409 with its size 3, and the collector resubmits from there.
+    async with api.store.transaction() as conn:
+        await conn.execute(sa.delete(witness_cosignatures).where(witness_cosignatures.c.witness == witnesses[0].vkey))
+    await stop(api)
+    caplog.set_level(logging.INFO, "agent_gateway.transparency.collector")
+    again = await running(settings)
+    async with client(again) as agent:
+        await publish(agent, 2)
+
+    async def at_5() -> bool:
+        return await witnessed_size(again) == 5
+
+    await wait_for(at_5, "witnessed at 5 after the resync")
+    assert any(r.__dict__.get("action") == "witness_resync" and "holds tree size 3" in r.getMessage() for r in caplog.records)
+
+
+async def test_two_processes_on_postgresql_run_one_collector(
+    settings: config.Settings, witnesses: list[servers.Witness], origin: str, running: Callable
+) -> None:
+    if not settings.database_url.startswith("postgresql"):
+        pytest.skip("SQLite has one process (serve holds its file lock)")
+    settings = with_witnesses(settings, origin, witnesses[:2])
+    for listed in witnesses[:2]:
+        listed.trust(origin, log_vkey(settings))
+    one, two = await running(settings), await running(settings)
+    async with client(one) as agent:
+        await publish(agent, 2)
+
+    async def witnessed_at_2() -> bool:
+        return await witnessed_size(two) == 2
+
+    await wait_for(witnessed_at_2, "witnessed at 2")
+    assert [one.collector.active, two.collector.active].count(True) == 1  # type: ignore[union-attr]
+    leader, standby = (one, two) if one.collector.active else (two, one)  # type: ignore[union-attr]
+    await stop(leader)
+    async with client(standby) as agent:
+        await publish(agent, 1)
+
+    async def witnessed_at_3() -> bool:
+        return await witnessed_size(standby) == 3
+
+    await wait_for(witnessed_at_3, "the standby took over")
+    assert standby.collector.active  # type: ignore[union-attr]
+    for listed in witnesses[:2]:
+        assert await cosigned_by(standby, listed) == [2, 3]
+
+
+def aics_tlog(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(servers.WITNESS.python), "-m", "aics_tlog", *argv], capture_output=True, text=True, timeout=servers.START_TIMEOUT_S
+    )
+
+
+async def test_a_real_witnessed_proof_verifies_here_and_with_aics_tlog(
+    settings: config.Settings, witnesses: list[servers.Witness], origin: str, running: Callable, tmp_path: Path
+) -> None:
+    settings = with_witnesses(settings, origin, witnesses[:2])
+    for listed in witnesses[:2]:
+        listed.trust(origin, log_vkey(settings))
+    gateway = await running(settings)
+    async with client(gateway) as agent:
+        published = await publish(agent, 5)
+
+        async def at_5() -> bool:
+            return await witnessed_size(gateway) == 5
+
+        await wait_for(at_5, "witnessed at 5")
+        response = await agent.get(f"/decisions/{published[2]['seq']}/proof?format=tlog-proof")
+    assert response.status_code == 200
+    parsed = proof.TlogProof.parse(response.content)
+    witness_keys = [witness.WitnessKey.parse(listed.vkey) for listed in witnesses[:2]]
+    verified = proof.verify(parsed, proof.gateway_key(log_vkey(settings)), witness_keys, 2, "d2")
+    assert verified.cosigned_by == [key.name for key in witness_keys]
+    # aics-tlog, another implementation: the leaf (the JWS), its index, the proof and the witnessed note.
+    (tmp_path / "leaf").write_bytes(parsed.extra)
+    (tmp_path / "proof").write_text("".join(base64.b64encode(hash_).decode() + "\n" for hash_ in parsed.hashes))
+    (tmp_path / "note").write_bytes(parsed.note)
+    common = ["--index", str(parsed.index), "--checkpoint", str(tmp_path / "note"), "--proof", str(tmp_path / "proof"),
+              "--quorum", "2", "--origin", origin, *[arg for listed in witnesses[:2] for arg in ("--witness-key", listed.vkey)]]
+    done = aics_tlog("verify-inclusion", "--leaf", str(tmp_path / "leaf"), "--log-key", log_vkey(settings), *common)
+    assert done.returncode == 0, done.stdout + done.stderr
+    # ... and it refuses one byte changed in the leaf, and another log key.
+    (tmp_path / "other-leaf").write_bytes(parsed.extra[:-1] + bytes([parsed.extra[-1] ^ 1]))
+    assert aics_tlog("verify-inclusion", "--leaf", str(tmp_path / "other-leaf"), "--log-key", log_vkey(settings), *common).returncode != 0
+    other = log_vkey(settings, SigningIdentity(keys.generate_pem("ed25519")))
+    assert aics_tlog("verify-inclusion", "--leaf", str(tmp_path / "leaf"), "--log-key", other, *common).returncode != 0

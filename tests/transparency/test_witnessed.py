@@ -1,0 +1,112 @@
+"""GET /checkpoint/witnessed on both servers: the newest checkpoint a quorum of witnesses cosigned,
+as one signed note, and 404 until there is one. The cosignatures here are written as the collector
+writes them, made with the witnesses' keys by hand (tests/transparency/test_witness.py: cosign)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import httpx
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ed25519
+
+from agent_gateway import config
+from agent_gateway.gateway import Gateway
+from agent_gateway.store.queries import witnesses as witness_queries
+from agent_gateway.transparency import note, witness
+from tests.transparency.test_routes import assert_error, checkpoint, publish
+from tests.transparency.test_witness import cosign, vkey
+
+pytestmark = pytest.mark.processes
+
+# The Public routes use the same stand-in authentication scheme as /verify.
+from tests.signatures.conftest import bearer  # noqa: E402,F401
+
+KEYS = [ed25519.Ed25519PrivateKey.generate() for _ in range(3)]
+NAMES = ["w1.example/w", "w2.example/w", "w3.example/w"]
+
+
+def raw(key: ed25519.Ed25519PrivateKey) -> bytes:
+    return key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+
+
+VKEYS = [vkey(name, raw(key)) for name, key in zip(NAMES, KEYS)]
+
+
+@pytest.fixture
+def settings(settings: config.Settings) -> config.Settings:
+    # Two witnesses of three cosign: the third is listed, unreachable (nothing collects here).
+    witnesses = tuple(config.Witness(f"http://127.0.0.1:{port}", key) for port, key in zip((1, 2, 3), VKEYS))
+    return dataclasses.replace(settings, witnesses=witnesses, witness_quorum=2)
+
+
+async def store_cosignature(gateway: Gateway, index: int, text: bytes, name: str | None = None) -> None:
+    line = cosign(text, name=name or NAMES[index], key=KEYS[index]).decode().rstrip("\n")
+    size = note.Checkpoint.parse(text).size
+    async with gateway.store.transaction() as conn:
+        await witness_queries.add(conn, witness=VKEYS[index], tree_size=size, line=line)
+
+
+async def current_text(agent: httpx.AsyncClient, gateway: Gateway) -> bytes:
+    return (await checkpoint(agent, gateway)).text()
+
+
+@pytest.mark.parametrize("server", ["agent", "public"])
+async def test_404_until_a_quorum_cosigned_then_one_note_with_every_cosignature(
+    agent: httpx.AsyncClient, public: httpx.AsyncClient, gateway: Gateway, bearer: dict[str, str], server: str
+) -> None:
+    client, headers = (agent, {}) if server == "agent" else (public, bearer)
+    await assert_error(await client.get("/checkpoint/witnessed", headers=headers), 404)
+    await publish(agent, 3)
+    three = await current_text(agent, gateway)
+    await store_cosignature(gateway, 0, three)
+    await assert_error(await client.get("/checkpoint/witnessed", headers=headers), 404)  # one of two
+    await store_cosignature(gateway, 1, three)
+    response = await client.get("/checkpoint/witnessed", headers=headers)
+    assert response.status_code == 200 and response.headers["content-type"] == "text/plain; charset=utf-8"
+    [jwk] = gateway.identity.jwks()["keys"]
+    origin = three.split(b"\n", 1)[0].decode()
+    assert note.open_note(response.content, note.note_keys(origin, jwk)) == three
+    signed, _, lines = response.content.partition(b"\n\n")
+    gateway_line, *cosignatures = lines.decode().rstrip("\n").split("\n")
+    assert gateway_line.startswith(f"\u2014 {origin} ") and len(cosignatures) == 2
+    for index in (0, 1):
+        key = witness.WitnessKey.parse(VKEYS[index])
+        assert witness.cosignature_of(key, three, (cosignatures[index] + "\n").encode()) is not None
+    # The log grows and one witness cosigns the new size: the witnessed checkpoint stays at 3.
+    await publish(agent, 2)
+    five = await current_text(agent, gateway)
+    await store_cosignature(gateway, 2, five)
+    assert (await client.get("/checkpoint/witnessed", headers=headers)).content == response.content
+    await store_cosignature(gateway, 0, five)
+    newer = await client.get("/checkpoint/witnessed", headers=headers)
+    assert note.open_note(newer.content, note.note_keys(origin, jwk)) == five
+    assert newer.content.count("\u2014 ".encode()) == 3  # the gateway's, w1's and w3's
+    # GET /checkpoint is unchanged: the gateway's signature alone.
+    assert (await client.get("/checkpoint", headers=headers)).content.count("\u2014 ".encode()) == 1
+
+
+async def test_the_public_route_wants_the_bearer(public: httpx.AsyncClient) -> None:
+    await assert_error(await public.get("/checkpoint/witnessed"), 401)
+
+
+async def test_cosignatures_of_a_witness_no_longer_listed_do_not_count(
+    agent: httpx.AsyncClient, gateway: Gateway, settings: config.Settings
+) -> None:
+    await publish(agent, 1)
+    one = await current_text(agent, gateway)
+    await store_cosignature(gateway, 0, one)
+    async with gateway.store.transaction() as conn:
+        await witness_queries.add(conn, witness=vkey("gone.example/w", raw(KEYS[1])), tree_size=1, line="\u2014 gone x")
+    await assert_error(await agent.get("/checkpoint/witnessed"), 404)
+
+
+async def test_a_second_cosignature_of_a_size_by_one_witness_is_left_out(agent: httpx.AsyncClient, gateway: Gateway) -> None:
+    await publish(agent, 1)
+    one = await current_text(agent, gateway)
+    await store_cosignature(gateway, 0, one)
+    await store_cosignature(gateway, 0, one)  # as after two leaders in turn: no error, no second row
+    async with gateway.store.read() as conn:
+        assert await witness_queries.last_sizes(conn, VKEYS) == {VKEYS[0]: 1}
+        assert await witness_queries.witnessed(conn, VKEYS, 2) is None
