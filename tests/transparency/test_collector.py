@@ -239,11 +239,10 @@ async def test_after_a_restart_the_witnessed_checkpoint_is_served_at_once_and_a_
     assert any(r.__dict__.get("action") == "witness_resync" and "holds tree size 3" in r.getMessage() for r in caplog.records)
 
 
+@pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)  # several processes share PostgreSQL only
 async def test_two_processes_on_postgresql_run_one_collector(
     settings: config.Settings, witnesses: list[servers.Witness], origin: str, running: Callable
 ) -> None:
-    if not settings.database_url.startswith("postgresql"):
-        pytest.skip("SQLite has one process (serve holds its file lock)")
     settings = with_witnesses(settings, origin, witnesses[:2])
     for listed in witnesses[:2]:
         listed.trust(origin, log_vkey(settings))
