@@ -18,7 +18,7 @@ import os
 import re
 import tomllib
 import urllib.parse
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -381,16 +381,24 @@ class _WebhookTable:
     allow_private: bool
 
 
-def _webhooks(value: Any) -> tuple[_WebhookTable, ...]:
-    tables = _json_or(list)(value)
-    parsed: list[_WebhookTable] = []
-    for index, table in enumerate(tables):
-        where = f"webhooks[{index}]"
+def _tables(value: Any, name: str, known: Sequence[str]) -> list[tuple[str, dict[str, Any]]]:
+    """An array of tables (TOML, or JSON in the environment) named ``name``, each with only ``known``
+    keys: ``(where, table)`` for each, ``where`` naming it in messages (``webhooks[0]``)."""
+    found = []
+    for index, table in enumerate(_json_or(list)(value)):
+        where = f"{name}[{index}]"
         if not isinstance(table, dict):
             raise ValueError(f"{where} must be a table")
         for key in table:
-            if key not in _WEBHOOK_KEYS:
-                raise ValueError(f"{where}.{key}: unknown key (known: {', '.join(sorted(_WEBHOOK_KEYS))})")
+            if key not in known:
+                raise ValueError(f"{where}.{key}: unknown key (known: {', '.join(sorted(known))})")
+        found.append((where, table))
+    return found
+
+
+def _webhooks(value: Any) -> tuple[_WebhookTable, ...]:
+    parsed: list[_WebhookTable] = []
+    for where, table in _tables(value, "webhooks", _WEBHOOK_KEYS):
         parsed.append(_webhook_table(where, table))
         if any(other.url == parsed[-1].url for other in parsed[:-1]):
             raise ValueError(f"{where}.url: {parsed[-1].url} is already an endpoint; give each URL one table")
@@ -470,15 +478,8 @@ def _base64(text: str) -> bytes:
 
 
 def _witnesses(value: Any) -> tuple[Witness, ...]:
-    tables = _json_or(list)(value)
     parsed: list[Witness] = []
-    for index, table in enumerate(tables):
-        where = f"transparency.witnesses[{index}]"
-        if not isinstance(table, dict):
-            raise ValueError(f"{where} must be a table")
-        for key in table:
-            if key not in ("url", "vkey"):
-                raise ValueError(f"{where}.{key}: unknown key (known: url, vkey)")
+    for where, table in _tables(value, "transparency.witnesses", ("url", "vkey")):
         url, vkey = table.get("url"), table.get("vkey")
         if _http_host(url) is None:
             raise ValueError(f"{where}.url: must be an http:// or https:// URL with a host and no credentials (got {url!r})")

@@ -97,6 +97,15 @@ def client(gateway: Gateway) -> httpx.AsyncClient:
     return httpx.AsyncClient(transport=httpx.ASGITransport(app=gateway.agent_asgi), base_url="http://agent")
 
 
+async def witnessed_at(gateway: Gateway, size: int, what: str) -> None:
+    """Wait (a ceiling of minutes) until ``gateway`` serves a witnessed checkpoint of ``size``."""
+
+    async def there() -> bool:
+        return await witnessed_size(gateway) == size
+
+    await wait_for(there, what)
+
+
 async def witnessed_size(gateway: Gateway) -> int | None:
     async with client(gateway) as agent:
         response = await agent.get("/checkpoint/witnessed")
@@ -123,11 +132,7 @@ async def test_a_quorum_of_real_witnesses_cosigns_and_the_note_verifies(
     gateway = await running(settings)
     async with client(gateway) as agent:
         await publish(agent, 3)
-
-        async def at(size: int) -> bool:
-            return await witnessed_size(gateway) == size
-
-        await wait_for(lambda: at(3), "witnessed at 3")
+        await witnessed_at(gateway, 3, "witnessed at 3")
         response = await agent.get("/checkpoint/witnessed")
         text = response.content[: response.content.index(b"\n\n") + 1]
         lines = response.content.split(b"\n\n", 1)[1].split(b"\n")[1:-1]
@@ -135,7 +140,7 @@ async def test_a_quorum_of_real_witnesses_cosigns_and_the_note_verifies(
             assert witness.cosignature_of(witness.WitnessKey.parse(listed.vkey), text, line + b"\n") is not None
         # More Decisions: the witnessed checkpoint follows.
         await publish(agent, 4)
-        await wait_for(lambda: at(7), "witnessed at 7")
+        await witnessed_at(gateway, 7, "witnessed at 7")
     # The metric per witness: the largest size it cosigned.
     for listed in witnesses[:2]:
         name = witness.WitnessKey.parse(listed.vkey).name
@@ -155,10 +160,7 @@ async def test_a_witness_down_delays_only_itself_and_catches_up_on_its_return(
         async with client(gateway) as agent:
             await publish(agent, 2)  # publishes answer while a witness is down
 
-            async def quorum_at_2() -> bool:
-                return await witnessed_size(gateway) == 2
-
-            await wait_for(quorum_at_2, "witnessed by the two up")
+            await witnessed_at(gateway, 2, "witnessed by the two up")
             assert await cosigned_by(gateway, down) == []
     finally:
         down.start()
@@ -181,16 +183,10 @@ async def test_a_witness_with_another_key_for_the_log_never_cosigns_and_says_so_
     async with client(gateway) as agent:
         await publish(agent, 1)
 
-        async def witnessed() -> bool:
-            return await witnessed_size(gateway) == 1
-
-        await wait_for(witnessed, "witnessed by the other")
+        await witnessed_at(gateway, 1, "witnessed by the other")
         await publish(agent, 1)
 
-        async def witnessed_again() -> bool:
-            return await witnessed_size(gateway) == 2
-
-        await wait_for(witnessed_again, "witnessed again by the other")
+        await witnessed_at(gateway, 2, "witnessed again by the other")
     assert await _failures(gateway, witnesses[1]) >= 1
     assert await cosigned_by(gateway, witnesses[1]) == []
     refusals = [r.getMessage() for r in caplog.records if r.__dict__.get("action") == "witness_refused"]
@@ -214,10 +210,7 @@ async def test_after_a_restart_the_witnessed_checkpoint_is_served_at_once_and_a_
     async with client(first) as agent:
         await publish(agent, 3)
 
-    async def at_3() -> bool:
-        return await witnessed_size(first) == 3
-
-    await wait_for(at_3, "witnessed at 3")
+    await witnessed_at(first, 3, "witnessed at 3")
     await stop(first)
     # Served at once by a process that collects nothing (no worker role): from the table.
     api = await running(settings, frozenset({"api"}))
@@ -232,10 +225,7 @@ async def test_after_a_restart_the_witnessed_checkpoint_is_served_at_once_and_a_
     async with client(again) as agent:
         await publish(agent, 2)
 
-    async def at_5() -> bool:
-        return await witnessed_size(again) == 5
-
-    await wait_for(at_5, "witnessed at 5 after the resync")
+    await witnessed_at(again, 5, "witnessed at 5 after the resync")
     assert any(r.__dict__.get("action") == "witness_resync" and "holds tree size 3" in r.getMessage() for r in caplog.records)
 
 
@@ -250,20 +240,14 @@ async def test_two_processes_on_postgresql_run_one_collector(
     async with client(one) as agent:
         await publish(agent, 2)
 
-    async def witnessed_at_2() -> bool:
-        return await witnessed_size(two) == 2
-
-    await wait_for(witnessed_at_2, "witnessed at 2")
+    await witnessed_at(two, 2, "witnessed at 2")
     assert [one.collector.active, two.collector.active].count(True) == 1  # type: ignore[union-attr]
     leader, standby = (one, two) if one.collector.active else (two, one)  # type: ignore[union-attr]
     await stop(leader)
     async with client(standby) as agent:
         await publish(agent, 1)
 
-    async def witnessed_at_3() -> bool:
-        return await witnessed_size(standby) == 3
-
-    await wait_for(witnessed_at_3, "the standby took over")
+    await witnessed_at(standby, 3, "the standby took over")
     assert standby.collector.active  # type: ignore[union-attr]
     for listed in witnesses[:2]:
         assert await cosigned_by(standby, listed) == [2, 3]
@@ -285,10 +269,7 @@ async def test_a_real_witnessed_proof_verifies_here_and_with_aics_tlog(
     async with client(gateway) as agent:
         published = await publish(agent, 5)
 
-        async def at_5() -> bool:
-            return await witnessed_size(gateway) == 5
-
-        await wait_for(at_5, "witnessed at 5")
+        await witnessed_at(gateway, 5, "witnessed at 5")
         response = await agent.get(f"/decisions/{published[2]['seq']}/proof?format=tlog-proof")
     assert response.status_code == 200
     parsed = proof.TlogProof.parse(response.content)
