@@ -60,6 +60,14 @@ def with_witnesses(settings: config.Settings, origin: str, listed: list[servers.
     )
 
 
+def trusted_by(settings: config.Settings, origin: str, listed: list[servers.Witness]) -> config.Settings:
+    """``settings`` listing the witnesses ``listed``, each configured with the log's origin and key."""
+    settings = with_witnesses(settings, origin, listed)
+    for each in listed:
+        each.trust(origin, log_vkey(settings))
+    return settings
+
+
 def log_vkey(settings: config.Settings, identity: SigningIdentity | None = None) -> str:
     """The gateway's checkpoint vkey, which a witness is configured with for the log."""
     return service.signer(settings, identity or SigningIdentity.from_settings(settings)).key.vkey()
@@ -126,9 +134,7 @@ async def cosigned_by(gateway: Gateway, listed: servers.Witness) -> list[int]:
 async def test_a_quorum_of_real_witnesses_cosigns_and_the_note_verifies(
     settings: config.Settings, witnesses: list[servers.Witness], origin: str, running: Callable
 ) -> None:
-    settings = with_witnesses(settings, origin, witnesses[:2])
-    for listed in witnesses[:2]:
-        listed.trust(origin, log_vkey(settings))
+    settings = trusted_by(settings, origin, witnesses[:2])
     gateway = await running(settings)
     async with client(gateway) as agent:
         await publish(agent, 3)
@@ -203,9 +209,7 @@ async def test_after_a_restart_the_witnessed_checkpoint_is_served_at_once_and_a_
     settings: config.Settings, witnesses: list[servers.Witness], origin: str, running: Callable,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    settings = with_witnesses(settings, origin, witnesses[:2])
-    for listed in witnesses[:2]:
-        listed.trust(origin, log_vkey(settings))
+    settings = trusted_by(settings, origin, witnesses[:2])
     first = await running(settings)
     async with client(first) as agent:
         await publish(agent, 3)
@@ -233,9 +237,7 @@ async def test_after_a_restart_the_witnessed_checkpoint_is_served_at_once_and_a_
 async def test_two_processes_on_postgresql_run_one_collector(
     settings: config.Settings, witnesses: list[servers.Witness], origin: str, running: Callable
 ) -> None:
-    settings = with_witnesses(settings, origin, witnesses[:2])
-    for listed in witnesses[:2]:
-        listed.trust(origin, log_vkey(settings))
+    settings = trusted_by(settings, origin, witnesses[:2])
     one, two = await running(settings), await running(settings)
     async with client(one) as agent:
         await publish(agent, 2)
@@ -262,9 +264,7 @@ def aics_tlog(*argv: str) -> subprocess.CompletedProcess[str]:
 async def test_a_real_witnessed_proof_verifies_here_and_with_aics_tlog(
     settings: config.Settings, witnesses: list[servers.Witness], origin: str, running: Callable, tmp_path: Path
 ) -> None:
-    settings = with_witnesses(settings, origin, witnesses[:2])
-    for listed in witnesses[:2]:
-        listed.trust(origin, log_vkey(settings))
+    settings = trusted_by(settings, origin, witnesses[:2])
     gateway = await running(settings)
     async with client(gateway) as agent:
         published = await publish(agent, 5)
