@@ -1,0 +1,141 @@
+"""The NIP-98 scheme (auth/nip98.py, issue 37): every condition, the bearer Token beside it.
+
+The person signs with a second instance of nostr-sdk, as a Nostr client would.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import time
+
+import httpx
+import nostr_sdk
+import pytest
+
+from agent_gateway import clock
+from agent_gateway.auth.nip98 import WINDOW, NostrScheme, Replays
+from agent_gateway.gateway import Gateway
+from agent_gateway.store.queries import channels as channel_queries
+from agent_gateway.store.queries.users import User
+
+from tests.auth.conftest import MakeUser, bearer, login, token_of
+
+BASE = "http://public"
+
+
+def header(keys: nostr_sdk.Keys, url: str, method: str, *, body: bytes = b"", created_at: int | None = None,
+           kind: int = 27235, extra: list[list[str]] = ()) -> dict[str, str]:
+    tags = [["u", url], ["method", method], *extra]
+    if body:
+        tags.append(["payload", hashlib.sha256(body).hexdigest()])
+    builder = nostr_sdk.EventBuilder(nostr_sdk.Kind(kind), "").tags([nostr_sdk.Tag.parse(tag) for tag in tags])
+    builder = builder.custom_created_at(nostr_sdk.Timestamp.from_secs(created_at or int(time.time())))
+    event = builder.finalize(keys).as_json()
+    return {"Authorization": "Nostr " + base64.b64encode(event.encode()).decode()}
+
+
+@pytest.fixture
+def nostr(gateway: Gateway) -> NostrScheme:
+    scheme = NostrScheme(gateway.store)
+    gateway.auth_schemes.append(scheme)
+    return scheme
+
+
+async def linked(gateway: Gateway, make_user: MakeUser) -> tuple[User, nostr_sdk.Keys]:
+    user = await make_user()
+    keys = nostr_sdk.Keys.generate()
+    async with gateway.store.transaction() as conn:
+        await channel_queries.link(conn, identity=f"nostr:{keys.public_key().to_hex()}", channel="nostr",
+                                   user_id=user.id, created_at=clock.now_iso())
+    return user, keys
+
+
+async def failure(public: httpx.AsyncClient) -> bytes:
+    return (await public.get("/users/me")).content
+
+
+async def test_a_valid_event_authenticates_the_linked_user(public: httpx.AsyncClient, gateway: Gateway,
+                                                            make_user: MakeUser, nostr: NostrScheme):
+    user, keys = await linked(gateway, make_user)
+    response = await public.get("/users/me", headers=header(keys, f"{BASE}/users/me", "GET"))
+    assert response.status_code == 200 and response.json()["id"] == user.id
+    # A body signed with its payload digest: the password change works under Nostr.
+    body = b'{"currentPassword": "correct horse battery staple", "newPassword": "another one"}'
+    headers = {**header(keys, f"{BASE}/auth/password", "PUT", body=body), "Content-Type": "application/json"}
+    assert (await public.put("/auth/password", content=body, headers=headers)).status_code == 204
+    assert (await login(public, user.id, "another one")).status_code == 201
+
+
+async def test_every_failed_condition_is_the_one_401(public: httpx.AsyncClient, gateway: Gateway,
+                                                      make_user: MakeUser, nostr: NostrScheme):
+    _, keys = await linked(gateway, make_user)
+    unlinked = nostr_sdk.Keys.generate()
+    url, now = f"{BASE}/users/me", int(time.time())
+    signed = header(keys, url, "GET")["Authorization"]
+    event = base64.b64decode(signed.removeprefix("Nostr ")).decode()
+    tampered = event.replace('"content":""', '"content":"x"')
+    cases = {
+        "unlinked key": header(unlinked, url, "GET"),
+        "other url": header(keys, f"{BASE}/users/me?x=1", "GET"),
+        "other host": header(keys, "http://elsewhere/users/me", "GET"),
+        "other method": header(keys, url, "POST"),
+        "too old": header(keys, url, "GET", created_at=now - WINDOW - 30),
+        "too new": header(keys, url, "GET", created_at=now + WINDOW + 30),
+        "other kind": header(keys, url, "GET", kind=27236),
+        "bad signature": {"Authorization": "Nostr " + base64.b64encode(tampered.encode()).decode()},
+        "not base64": {"Authorization": "Nostr !!!"},
+        "not an event": {"Authorization": "Nostr " + base64.b64encode(b"{}").decode()},
+        "empty": {"Authorization": "Nostr"},
+    }
+    expected = await failure(public)
+    for name, headers in cases.items():
+        response = await public.get("/users/me", headers=headers)
+        assert (response.status_code, response.content) == (401, expected), name
+
+
+async def test_a_body_needs_its_payload_digest(public: httpx.AsyncClient, gateway: Gateway,
+                                               make_user: MakeUser, nostr: NostrScheme):
+    _, keys = await linked(gateway, make_user)
+    body = b'{"currentPassword": "correct horse battery staple", "newPassword": "another one"}'
+    url = f"{BASE}/auth/password"
+    for headers in (header(keys, url, "PUT"), header(keys, url, "PUT", body=b"other bytes")):
+        response = await public.put("/auth/password", content=body, headers={**headers, "Content-Type": "application/json"})
+        assert (response.status_code, response.content) == (401, await failure(public))
+
+
+async def test_a_replayed_event_is_refused(public: httpx.AsyncClient, gateway: Gateway,
+                                           make_user: MakeUser, nostr: NostrScheme):
+    _, keys = await linked(gateway, make_user)
+    headers = header(keys, f"{BASE}/users/me", "GET")
+    assert (await public.get("/users/me", headers=headers)).status_code == 200
+    assert (await public.get("/users/me", headers=headers)).status_code == 401
+
+
+def test_replays_forget_an_id_only_after_the_window():
+    replays = Replays()
+    assert replays.first_use("a", now=1000)
+    assert not replays.first_use("a", now=1000 + 2 * WINDOW)
+    assert replays.first_use("a", now=1001 + 2 * WINDOW + 2 * WINDOW)
+
+
+async def test_a_public_base_url_is_the_signed_url(public: httpx.AsyncClient, gateway: Gateway, make_user: MakeUser):
+    gateway.auth_schemes.append(NostrScheme(gateway.store, public_base_url="https://gateway.example.org/"))
+    _, keys = await linked(gateway, make_user)
+    proxied = header(keys, "https://gateway.example.org/users/me", "GET")
+    assert (await public.get("/users/me", headers=proxied)).status_code == 200
+    assert (await public.get("/users/me", headers=header(keys, f"{BASE}/users/me", "GET"))).status_code == 401
+
+
+async def test_bearer_tokens_work_beside_it_and_delete_current_drops_nothing(
+    public: httpx.AsyncClient, gateway: Gateway, make_user: MakeUser, nostr: NostrScheme
+):
+    user, keys = await linked(gateway, make_user)
+    token = await token_of(public, user.id)
+    assert (await public.get("/users/me", headers=bearer(token))).status_code == 200
+    current = f"{BASE}/auth/tokens/current"
+    assert (await public.delete("/auth/tokens/current", headers=header(keys, current, "DELETE"))).status_code == 204
+    assert (await public.get("/users/me", headers=bearer(token))).status_code == 200
+    # DELETE /auth/tokens under Nostr revokes that User's Tokens.
+    assert (await public.delete("/auth/tokens", headers=header(keys, f"{BASE}/auth/tokens", "DELETE"))).status_code == 204
+    assert (await public.get("/users/me", headers=bearer(token))).status_code == 401
