@@ -6,15 +6,18 @@ The person signs with a second instance of nostr-sdk, as a Nostr client would.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
+import importlib.util
 import time
 
 import httpx
 import nostr_sdk
 import pytest
 
-from agent_gateway import clock
+from agent_gateway import clock, config
 from agent_gateway.auth.nip98 import WINDOW, NostrScheme, Replays
+from agent_gateway.auth.tokens import PasswordScheme
 from agent_gateway.gateway import Gateway
 from agent_gateway.store.queries import channels as channel_queries
 from agent_gateway.store.queries.users import User
@@ -139,3 +142,44 @@ async def test_bearer_tokens_work_beside_it_and_delete_current_drops_nothing(
     # DELETE /auth/tokens under Nostr revokes that User's Tokens.
     assert (await public.delete("/auth/tokens", headers=header(keys, f"{BASE}/auth/tokens", "DELETE"))).status_code == 204
     assert (await public.get("/users/me", headers=bearer(token))).status_code == 401
+
+
+def settings_of(tmp_path, text: str) -> config.Settings:
+    path = tmp_path / "gateway.toml"
+    path.write_text("[auth]\ntoken_ttl_ms = 60000\n" + text)
+    return config.load(path, environ={})
+
+
+def refusal(tmp_path, text: str) -> str:
+    with pytest.raises(config.SettingsError) as caught:
+        settings_of(tmp_path, text)
+    assert "\n" not in str(caught.value)
+    return str(caught.value)
+
+
+def test_the_schemes_are_registered_in_the_settings_order(tmp_path, settings: config.Settings):
+    assert settings_of(tmp_path, "").auth_schemes == ("password",)
+    loaded = settings_of(tmp_path, 'schemes = ["nostr", "password"]\n[public]\nbase_url = "https://gw.example.org/"\n')
+    assert (loaded.auth_schemes, loaded.public_base_url) == (("nostr", "password"), "https://gw.example.org")
+    gateway = Gateway(dataclasses.replace(settings, auth_schemes=loaded.auth_schemes))
+    assert [type(scheme) for scheme in gateway.auth_schemes] == [NostrScheme, PasswordScheme]
+
+
+@pytest.mark.parametrize(("text", "words"), [
+    ('schemes = ["password", "kerberos"]', "auth.schemes: each entry must be one of"),
+    ('schemes = ["password", "password"]', "auth.schemes: name each scheme once"),
+    ("schemes = []", "auth.schemes: name each scheme once"),
+    ('schemes = "nostr"', "auth.schemes: must be a list"),
+    ('[public]\nbase_url = "gateway.example.org"', "public.base_url: must be an http(s) URL"),
+    ('[public]\nbase_url = "https://gw.example.org/?a=1"', "public.base_url: must be an http(s) URL"),
+])
+def test_a_scheme_settings_error_is_refused_in_one_line(tmp_path, text: str, words: str):
+    assert refusal(tmp_path, text).startswith(words)
+
+
+def test_the_nostr_scheme_without_its_library_is_refused_naming_the_extra(tmp_path, monkeypatch):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "nostr_sdk" else real(name, *a))
+    message = refusal(tmp_path, 'schemes = ["password", "nostr"]')
+    assert message == "auth.schemes: \"nostr\" needs the nostr extra: pip install 'agent-gateway[nostr]'"
+    assert settings_of(tmp_path, "").auth_schemes == ("password",)
