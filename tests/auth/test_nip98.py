@@ -18,6 +18,7 @@ import pytest
 from agent_gateway import clock, config
 from agent_gateway.auth.nip98 import WINDOW, NostrScheme, Replays
 from agent_gateway.auth.tokens import PasswordScheme
+from agent_gateway.channels import identities
 from agent_gateway.gateway import Gateway
 from agent_gateway.store.queries import channels as channel_queries
 from agent_gateway.store.queries.users import User
@@ -183,3 +184,25 @@ def test_the_nostr_scheme_without_its_library_is_refused_naming_the_extra(tmp_pa
     message = refusal(tmp_path, 'schemes = ["password", "nostr"]')
     assert message == "auth.schemes: \"nostr\" needs the nostr extra: pip install 'agent-gateway[nostr]'"
     assert settings_of(tmp_path, "").auth_schemes == ("password",)
+
+
+def test_a_nostr_identity_is_stored_in_hex_from_hex_or_npub():
+    keys = nostr_sdk.Keys.generate()
+    hex_key = keys.public_key().to_hex()
+    for written in (hex_key, hex_key.upper(), keys.public_key().to_bech32()):
+        assert identities.parse(f"nostr:{written}") == ("nostr", hex_key)
+    for bad in ("nostr:", "nostr:abc", f"nostr:{hex_key}0", "nostr:npub1notakey"):
+        with pytest.raises(identities.InvalidIdentity):
+            identities.parse(bad)
+
+
+async def test_a_user_linked_by_npub_authenticates_by_nip98(public: httpx.AsyncClient, gateway: Gateway,
+                                                           make_user: MakeUser, nostr: NostrScheme):
+    user, keys = await make_user(), nostr_sdk.Keys.generate()
+    async with gateway.store.transaction() as conn:
+        await identities.link(conn, user.id, f"nostr:{keys.public_key().to_bech32()}")
+    response = await public.get("/users/me", headers=header(keys, f"{BASE}/users/me", "GET"))
+    assert (response.status_code, response.json()["id"]) == (200, user.id)
+    async with gateway.store.transaction() as conn:
+        await identities.unlink(conn, user.id, f"nostr:{keys.public_key().to_bech32()}")
+    assert (await public.get("/users/me", headers=header(keys, f"{BASE}/users/me", "GET"))).status_code == 401
