@@ -16,11 +16,12 @@ import nostr_sdk
 import pytest
 
 from agent_gateway import clock, config
-from agent_gateway.auth.nip98 import WINDOW, NostrScheme, Replays
+from agent_gateway.auth.nip98 import WINDOW, NostrScheme
 from agent_gateway.auth.tokens import PasswordScheme
 from agent_gateway.channels import identities
 from agent_gateway.gateway import Gateway
 from agent_gateway.store.queries import channels as channel_queries
+from agent_gateway.store.queries import nostr as nostr_queries
 from agent_gateway.store.queries.users import User
 
 from tests.auth.conftest import MakeUser, bearer, login, token_of
@@ -116,11 +117,11 @@ async def test_a_replayed_event_is_refused(public: httpx.AsyncClient, gateway: G
     assert (await public.get("/users/me", headers=headers)).status_code == 401
 
 
-def test_replays_forget_an_id_only_after_the_window():
-    replays = Replays()
-    assert replays.first_use("a", now=1000)
-    assert not replays.first_use("a", now=1000 + 2 * WINDOW)
-    assert replays.first_use("a", now=1001 + 2 * WINDOW + 2 * WINDOW)
+async def test_a_replayed_id_is_forgotten_only_after_its_expiry(gateway: Gateway):
+    async with gateway.store.transaction() as conn:
+        assert await nostr_queries.first_use(conn, event_id="a" * 64, now=1000, expires_at=1120)
+        assert not await nostr_queries.first_use(conn, event_id="a" * 64, now=1120, expires_at=1240)
+        assert await nostr_queries.first_use(conn, event_id="a" * 64, now=1121, expires_at=1241)
 
 
 async def test_a_public_base_url_is_the_signed_url(public: httpx.AsyncClient, gateway: Gateway, make_user: MakeUser):
@@ -206,3 +207,23 @@ async def test_a_user_linked_by_npub_authenticates_by_nip98(public: httpx.AsyncC
     async with gateway.store.transaction() as conn:
         await identities.unlink(conn, user.id, f"nostr:{keys.public_key().to_bech32()}")
     assert (await public.get("/users/me", headers=header(keys, f"{BASE}/users/me", "GET"))).status_code == 401
+
+
+async def test_an_event_accepted_by_one_gateway_is_refused_by_another_on_the_same_database(
+    public: httpx.AsyncClient, gateway: Gateway, settings: config.Settings, make_user: MakeUser, nostr: NostrScheme
+):
+    # Two gateways (two engines, two connection pools) on one database, as two HTTP processes are.
+    other = Gateway(dataclasses.replace(settings, auth_schemes=("password", "nostr")))
+    await other.start(migrate_first=False)
+    try:
+        _, keys = await linked(gateway, make_user)
+        headers = header(keys, f"{BASE}/users/me", "GET")
+        assert (await public.get("/users/me", headers=headers)).status_code == 200
+        transport = httpx.ASGITransport(app=other.public_asgi)
+        async with httpx.AsyncClient(transport=transport, base_url=BASE) as second:
+            # Another event (an id covers created_at: the same request signed in the same second is a replay).
+            fresh = header(keys, f"{BASE}/users/me", "GET", created_at=int(time.time()) - 1, extra=[["nonce", "1"]])
+            assert (await second.get("/users/me", headers=fresh)).status_code == 200
+            assert (await second.get("/users/me", headers=headers)).status_code == 401
+    finally:
+        await other.stop()

@@ -6,7 +6,8 @@ when the event's id and Schnorr signature verify (nostr-sdk, the
 ``agent-gateway[nostr]`` extra: no cryptography here), its ``u`` tag is the
 request's absolute URL, its ``method`` tag the request's method, its
 ``created_at`` within :data:`WINDOW` of now either way, its ``payload`` tag
-the SHA-256 hex digest of a body's bytes, and its id was not accepted before.
+the SHA-256 hex digest of a body's bytes, and its id was not accepted before
+(a table, so across every process of the deployment).
 Anything else is the spec's one 401 (the scheme answers None); a request
 without a ``Nostr`` header is not this scheme's, so the next one is asked.
 """
@@ -26,6 +27,7 @@ from agent_gateway.auth.schemes import Authenticated
 from agent_gateway.http import fastpath
 from agent_gateway.store.engine import Store
 from agent_gateway.store.queries import channels as channel_queries
+from agent_gateway.store.queries import nostr as queries
 from agent_gateway.store.queries import users as user_queries
 
 KIND = 27235
@@ -69,33 +71,12 @@ def verified_pubkey(credentials: str, claim: Claim, *, now: int) -> tuple[str, s
     return event.author().to_hex(), event.id().to_hex()
 
 
-class Replays:
-    """Event ids accepted within the window, in this process.
-
-    Check-and-remember runs without an await, so two requests on one event
-    loop cannot both pass. Across processes (PostgreSQL, several HTTP
-    processes) this is not enough: issue 37 asks for a table; not built yet.
-    """
-
-    def __init__(self) -> None:
-        self._seen: dict[str, int] = {}
-
-    def first_use(self, event_id: str, *, now: int) -> bool:
-        # An id is refused on its created_at after WINDOW, so remembering it 2 * WINDOW is enough.
-        self._seen = {seen: at for seen, at in self._seen.items() if at >= now - 2 * WINDOW}
-        if event_id in self._seen:
-            return False
-        self._seen[event_id] = now
-        return True
-
-
 class NostrScheme:
     """NIP-98 on the Public server; ``public_base_url`` names the URL clients use behind a proxy."""
 
     def __init__(self, store: Store, *, public_base_url: str | None = None) -> None:
         self._store = store
         self._public_base_url = None if public_base_url is None else public_base_url.rstrip("/")
-        self._replays = Replays()
 
     def _url(self, request: Request) -> str:
         if self._public_base_url is None:
@@ -117,7 +98,10 @@ class NostrScheme:
         async with self._store.read() as conn:
             identity = await channel_queries.identity(conn, f"nostr:{pubkey}")
             user = None if identity is None else await user_queries.get(conn, id=identity.user_id)
-        # The id is spent only by a request that authenticates, after the last await.
-        if user is None or not self._replays.first_use(event_id, now=now):
+        if user is None:
             return None
-        return Authenticated(user, self)
+        # The id is spent only by a request that authenticates. An event is refused on its created_at
+        # WINDOW after it, so remembering the id 2 * WINDOW from now is enough whatever its created_at.
+        async with self._store.transaction() as conn:
+            first = await queries.first_use(conn, event_id=event_id, now=now, expires_at=now + 2 * WINDOW)
+        return Authenticated(user, self) if first else None
