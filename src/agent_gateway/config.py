@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import datetime
+import importlib.util
 import ipaddress
 import os
 import re
@@ -196,6 +197,10 @@ class Settings:
     matrix_user_id: str | None = None
     matrix_access_token_file: Path | None = None
     matrix_policy: str = "pairing"
+    # Authentication schemes of the Public server, in registration order (auth/schemes.py).
+    auth_schemes: tuple[str, ...] = ("password",)
+    # The Public server's URL as its clients send it (behind a proxy): the NIP-98 scheme's signed URL.
+    public_base_url: str | None = None
 
     @property
     def channels(self) -> frozenset[str]:
@@ -519,6 +524,22 @@ def matrix_user_id(value: Any) -> str:
     return value
 
 
+AUTH_SCHEMES = ("password", "nostr")
+
+
+def _auth_scheme(value: Any) -> str:
+    if value not in AUTH_SCHEMES:
+        raise ValueError(f"must be one of {', '.join(map(repr, AUTH_SCHEMES))}")
+    return value
+
+
+def _base_url(value: Any) -> str:
+    parts = urllib.parse.urlsplit(_str(value))
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
+        raise ValueError("must be an http(s) URL with a host and no query, such as https://gateway.example.org")
+    return parts.geturl().rstrip("/")
+
+
 def _min_age(value: Any) -> datetime.timedelta:
     age = parse_age(value)
     if age < datetime.timedelta(minutes=1):
@@ -568,6 +589,10 @@ _KEYS = (
     _Key(("auth", "token_ttl_ms"), "token_ttl_ms", lambda v: _int(v, maximum=MAX_TOKEN_TTL_MS),
          default='**required**',
          doc='lifetime of every Token, in milliseconds (positive)'),
+    _Key(("auth", "schemes"), "auth_schemes", _list(_auth_scheme),
+         default='`["password"]`',
+         doc='authentication schemes of the Public server, asked in this order: `"password"` (bearer Tokens) '
+             'and `"nostr"` (NIP-98, needs `pip install \'agent-gateway[nostr]\'`)'),
     _Key(("auth", "scrypt", "logN"), "scrypt.log_n", lambda v: _int(v, maximum=MAX_SCRYPT_LOGN),
          default='`15`',
          doc="log2 of scrypt's CPU/memory cost for new password digests (1..20)"),
@@ -598,6 +623,10 @@ _KEYS = (
     _Key(("http", "idle_timeout_ms"), "idle_timeout_ms", lambda v: _int(v, maximum=TIMER_CEILING_MS),
          default='`5000`',
          doc='an idle keep-alive connection is closed after this long'),
+    _Key(("public", "base_url"), "public_base_url", _base_url,
+         default='the request\'s own URL',
+         doc='the Public server\'s URL as clients send it, when a proxy stands in front (`https://gateway.example.org`); '
+             'the URL a NIP-98 event signs is this plus the path and query'),
     _Key(("public", "max_connections"), "public_max_connections", _positive_int,
          default='`10000`',
          doc='open connections the Public server holds (per HTTP process); past it, 503 and close. Lowered at start when the descriptor limit cannot hold it (see [Connections](/operate/connections.md))'),
@@ -821,6 +850,7 @@ def load(
         values["webhooks"] = tuple(_webhook_endpoint(table, base, environ) for table in values["webhooks"])
     _check_matrix(values)
     _check_quorum(values)
+    _check_schemes(values)
     return Settings(scrypt=ScryptCost(**scrypt), **values)
 
 
@@ -841,6 +871,15 @@ def _check_quorum(values: Mapping[str, Any]) -> None:
             f"transparency.witness_quorum: {quorum} cosignatures cannot be met by the {listed} "
             "[[transparency.witnesses]] listed"
         )
+
+
+def _check_schemes(values: Mapping[str, Any]) -> None:
+    """Each scheme once; the nostr scheme only with its library (an optional extra)."""
+    schemes = values.get("auth_schemes", Settings.auth_schemes)
+    if not schemes or len(set(schemes)) < len(schemes):
+        raise SettingsError("auth.schemes: name each scheme once, at least one")
+    if "nostr" in schemes and importlib.util.find_spec("nostr_sdk") is None:
+        raise SettingsError("auth.schemes: \"nostr\" needs the nostr extra: pip install 'agent-gateway[nostr]'")
 
 
 def _resolve_sqlite(url: str, base: Path) -> str:

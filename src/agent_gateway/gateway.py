@@ -112,7 +112,7 @@ class Gateway:
         # Asked in order by every protected Public route; see auth/schemes.py.
         # An operator adds schemes in Python: gateway.auth_schemes.append(MyScheme()).
         self.password_scheme = PasswordScheme(self.store)
-        self.auth_schemes: list[Scheme] = [self.password_scheme]
+        self.auth_schemes: list[Scheme] = [self._scheme(name) for name in settings.auth_schemes]
         # What executes each Run; replaceable before start() (see runtimes/runtime.py). Only a
         # worker process runs the agent: only it checks (and reports) its confinement.
         self.runtime: runtimes.Runtime = (
@@ -189,6 +189,15 @@ class Gateway:
         self.ops_app = ops_routes.create(self) if settings.ops_listen is not None else None
         if setup is not None:
             setup(self)  # the operator's Python ([signals] setup): registers Handlers, may replace the runtime
+
+    def _scheme(self, name: str) -> Scheme:
+        """The authentication scheme ``name`` of ``[auth] schemes`` (config.AUTH_SCHEMES)."""
+        if name == "password":
+            return self.password_scheme
+        # Imported here: nostr-sdk is an optional extra, there when the settings name the scheme.
+        from agent_gateway.auth.nip98 import NostrScheme
+
+        return NostrScheme(self.store, public_base_url=self.settings.public_base_url)
 
     def _observed(self, server: str, fast: FastPath) -> ASGIApp:
         """A server's app (behind its fast path) counted for /metrics (with an ops listener) and

@@ -92,7 +92,7 @@ async def test_link_commands_and_their_refusals(store: Store, tmp_path: Path) ->
     await refused(tmp_path, store, ("users", "link", holder, ALICE), f"{ALICE} is already linked to this User")
     await refused(
         tmp_path, store, ("users", "link", other, "alice"),
-        "'alice' is not an identity: write <channel>:<address> with a channel of matrix (such as matrix:@alice:example.org)",
+        "'alice' is not an identity: write <channel>:<address> with a channel of matrix, nostr (such as matrix:@alice:example.org)",
     )
     await refused(
         tmp_path, store, ("users", "link", other, "matrix:alice"),

@@ -20,8 +20,8 @@ from agent_gateway.users.service import UserNotFound
 
 __all__ = ["CHANNELS", "Identity", "IdentityLinked", "InvalidIdentity", "NotLinked", "link", "of_user", "parse", "unlink"]
 
-# What an address is on each network with a module here (Matrix: a user ID).
-_ADDRESSES: dict[str, re.Pattern[str]] = {"matrix": config.MATRIX_USER_ID}
+# What an address is on each network (Matrix: a user ID; Nostr: a public key, 64 hex digits).
+_ADDRESSES: dict[str, re.Pattern[str]] = {"matrix": config.MATRIX_USER_ID, "nostr": re.compile("[0-9a-f]{64}")}
 CHANNELS = tuple(_ADDRESSES)
 
 
@@ -45,9 +45,27 @@ def parse(identity: str) -> tuple[str, str]:
             f"{identity!r} is not an identity: write <channel>:<address> with a channel of {', '.join(CHANNELS)} "
             "(such as matrix:@alice:example.org)"
         )
+    if channel == "nostr":
+        address = _nostr_hex(identity, address)
     if not _ADDRESSES[channel].fullmatch(address):
         raise InvalidIdentity(f"{identity!r} is not an identity: {address!r} is not a {channel} address")
     return channel, address
+
+
+def _nostr_hex(identity: str, address: str) -> str:
+    """A Nostr public key as stored: lowercase hex, from hex or its bech32 form (``npub1...``)."""
+    if not address.startswith("npub1"):
+        return address.lower()
+    try:
+        # Imported here: nostr-sdk is an optional extra, and only npub needs it.
+        import nostr_sdk
+    except ImportError:
+        raise InvalidIdentity(f"{identity!r}: an npub needs the nostr extra (pip install 'agent-gateway[nostr]'); "
+                              "or write the key in hex") from None
+    try:
+        return nostr_sdk.PublicKey.parse(address).to_hex()
+    except nostr_sdk.NostrSdkError:
+        raise InvalidIdentity(f"{identity!r} is not an identity: {address!r} is not an npub") from None
 
 
 def name(channel: str, address: str) -> str:
@@ -61,7 +79,8 @@ async def link(conn: AsyncConnection, user_id: str, identity: str) -> Identity:
     Raises :class:`InvalidIdentity`, :class:`UserNotFound`, or :class:`IdentityLinked`
     (to this User or another: nothing is changed).
     """
-    channel, _ = parse(identity)
+    channel, address = parse(identity)
+    identity = name(channel, address)
     if await user_queries.get(conn, id=user_id) is None:
         raise UserNotFound(f"no User has the id {user_id}")
     try:
@@ -75,7 +94,7 @@ async def link(conn: AsyncConnection, user_id: str, identity: str) -> Identity:
 async def unlink(conn: AsyncConnection, user_id: str, identity: str) -> None:
     """Remove the link of ``identity`` to ``user_id``. Raises :class:`InvalidIdentity`,
     :class:`UserNotFound` or :class:`NotLinked` (nothing is changed)."""
-    parse(identity)
+    identity = name(*parse(identity))
     if await user_queries.get(conn, id=user_id) is None:
         raise UserNotFound(f"no User has the id {user_id}")
     if not await queries.unlink(conn, identity=identity, user_id=user_id):

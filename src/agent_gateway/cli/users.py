@@ -121,7 +121,7 @@ def set_password(
     typer.echo(f"password set for User {checked}", err=True)
 
 
-IdentityArgument = Annotated[str, typer.Argument(help="<channel>:<address>, such as matrix:@alice:example.org")]
+IdentityArgument = Annotated[str, typer.Argument(help="<channel>:<address>, such as matrix:@alice:example.org or nostr:npub1... (stored as hex)")]
 
 
 @app.command("link")

@@ -42,6 +42,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agent_gateway.http import errors as http_errors
 
+# The scope key of the body the fast path read (its handlers' Requests have no receive channel).
+BODY = "agent_gateway.body"
 # (status, JSON body) of an answer.
 Answer = tuple[int, bytes]
 # A route's method and path (its template), as declared on its router.
@@ -134,6 +136,8 @@ class FastPath:
         answer = None
         if data is not None:
             scope["app"] = self.app
+            # The handler's Request has no receive channel: a scheme signing the body (NIP-98) reads it here.
+            scope[BODY] = body
             try:
                 answer = await handler(scope, data)
             except Exception as exc:

@@ -289,3 +289,13 @@ witness_cosignatures = sa.Table(
     sa.Column("tree_size", sa.BigInteger, primary_key=True),
     sa.Column("line", sa.Text, nullable=False),  # the signature line, without its newline
 )
+
+nostr_auth_events = sa.Table(
+    "nostr_auth_events",
+    metadata,
+    # The ids of NIP-98 events accepted within the replay window (auth/nip98.py): one table, so
+    # every process of a deployment refuses an event another accepted.
+    sa.Column("event_id", sa.String(64), primary_key=True),
+    # Unix seconds after which the id is forgotten (its event is refused on its created_at by then).
+    sa.Column("expires_at", sa.BigInteger, nullable=False, index=True),
+)

@@ -1,0 +1,107 @@
+"""The Nostr HTTP authentication scheme, NIP-98 (issue 37).
+
+``Authorization: Nostr <base64 of a signed kind 27235 event>`` authenticates a
+request as the User linked to the identity ``nostr:<the event's pubkey>``
+when the event's id and Schnorr signature verify (nostr-sdk, the
+``agent-gateway[nostr]`` extra: no cryptography here), its ``u`` tag is the
+request's absolute URL, its ``method`` tag the request's method, its
+``created_at`` within :data:`WINDOW` of now either way, its ``payload`` tag
+the SHA-256 hex digest of a body's bytes, and its id was not accepted before
+(a table, so across every process of the deployment).
+Anything else is the spec's one 401 (the scheme answers None); a request
+without a ``Nostr`` header is not this scheme's, so the next one is asked.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import dataclasses
+import hashlib
+import time
+
+import nostr_sdk
+from starlette.requests import Request
+
+from agent_gateway.auth.schemes import Authenticated
+from agent_gateway.http import fastpath
+from agent_gateway.store.engine import Store
+from agent_gateway.store.queries import channels as channel_queries
+from agent_gateway.store.queries import nostr as queries
+from agent_gateway.store.queries import users as user_queries
+
+KIND = 27235
+# How far created_at may be from now, either way (NIP-98 suggests 60 s); also how long an accepted id
+# is remembered, since an event older than this is refused on its created_at alone.
+WINDOW = 60
+
+
+@dataclasses.dataclass(frozen=True)
+class Claim:
+    """What a request says it is, as the signed event must name it."""
+
+    url: str
+    method: str
+    body: bytes
+
+
+def verified_pubkey(credentials: str, claim: Claim, *, now: int) -> tuple[str, str] | None:
+    """``(pubkey hex, event id hex)`` of a valid NIP-98 event for ``claim``, or None.
+
+    Pure: the replay check is the caller's, on the id returned.
+    """
+    try:
+        event = nostr_sdk.Event.from_json(base64.b64decode(credentials, validate=True).decode())
+    except (binascii.Error, UnicodeDecodeError, nostr_sdk.NostrSdkError):
+        return None
+    if event.kind().as_u16() != KIND or not event.verify():
+        return None
+    if abs(event.created_at().as_secs() - now) > WINDOW:
+        return None
+    tags: dict[str, list[str]] = {}
+    for tag in event.tags():
+        values = tag.to_vec()
+        # The first tag of a name counts: a second "u" or "method" cannot widen what was signed.
+        if values:
+            tags.setdefault(values[0], values[1:])
+    if tags.get("u") != [claim.url] or tags.get("method") != [claim.method]:
+        return None
+    if claim.body and tags.get("payload") != [hashlib.sha256(claim.body).hexdigest()]:
+        return None
+    return event.author().to_hex(), event.id().to_hex()
+
+
+class NostrScheme:
+    """NIP-98 on the Public server; ``public_base_url`` names the URL clients use behind a proxy."""
+
+    def __init__(self, store: Store, *, public_base_url: str | None = None) -> None:
+        self._store = store
+        self._public_base_url = None if public_base_url is None else public_base_url.rstrip("/")
+
+    def _url(self, request: Request) -> str:
+        if self._public_base_url is None:
+            return str(request.url)
+        query = request.url.query
+        return self._public_base_url + request.url.path + (f"?{query}" if query else "")
+
+    async def authenticate(self, request: Request) -> Authenticated | None:
+        scheme, _, credentials = (request.headers.get("authorization") or "").partition(" ")
+        if scheme.lower() != "nostr":
+            return None
+        now = int(time.time())
+        body = request.scope.get(fastpath.BODY)
+        claim = Claim(self._url(request), request.method, await request.body() if body is None else body)
+        found = verified_pubkey(credentials.strip(" "), claim, now=now)
+        if found is None:
+            return None
+        pubkey, event_id = found
+        async with self._store.read() as conn:
+            identity = await channel_queries.identity(conn, f"nostr:{pubkey}")
+            user = None if identity is None else await user_queries.get(conn, id=identity.user_id)
+        if user is None:
+            return None
+        # The id is spent only by a request that authenticates. An event is refused on its created_at
+        # WINDOW after it, so remembering the id 2 * WINDOW from now is enough whatever its created_at.
+        async with self._store.transaction() as conn:
+            first = await queries.first_use(conn, event_id=event_id, now=now, expires_at=now + 2 * WINDOW)
+        return Authenticated(user, self) if first else None

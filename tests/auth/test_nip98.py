@@ -1,0 +1,229 @@
+"""The NIP-98 scheme (auth/nip98.py, issue 37): every condition, the bearer Token beside it.
+
+The person signs with a second instance of nostr-sdk, as a Nostr client would.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import hashlib
+import importlib.util
+import time
+
+import httpx
+import nostr_sdk
+import pytest
+
+from agent_gateway import clock, config
+from agent_gateway.auth.nip98 import WINDOW, NostrScheme
+from agent_gateway.auth.tokens import PasswordScheme
+from agent_gateway.channels import identities
+from agent_gateway.gateway import Gateway
+from agent_gateway.store.queries import channels as channel_queries
+from agent_gateway.store.queries import nostr as nostr_queries
+from agent_gateway.store.queries.users import User
+
+from tests.auth.conftest import MakeUser, bearer, login, token_of
+
+BASE = "http://public"
+
+
+def header(keys: nostr_sdk.Keys, url: str, method: str, *, body: bytes = b"", created_at: int | None = None,
+           kind: int = 27235, extra: list[list[str]] = ()) -> dict[str, str]:
+    tags = [["u", url], ["method", method], *extra]
+    if body:
+        tags.append(["payload", hashlib.sha256(body).hexdigest()])
+    builder = nostr_sdk.EventBuilder(nostr_sdk.Kind(kind), "").tags([nostr_sdk.Tag.parse(tag) for tag in tags])
+    builder = builder.custom_created_at(nostr_sdk.Timestamp.from_secs(created_at or int(time.time())))
+    event = builder.finalize(keys).as_json()
+    return {"Authorization": "Nostr " + base64.b64encode(event.encode()).decode()}
+
+
+@pytest.fixture
+def nostr(gateway: Gateway) -> NostrScheme:
+    scheme = NostrScheme(gateway.store)
+    gateway.auth_schemes.append(scheme)
+    return scheme
+
+
+async def linked(gateway: Gateway, make_user: MakeUser) -> tuple[User, nostr_sdk.Keys]:
+    user = await make_user()
+    keys = nostr_sdk.Keys.generate()
+    async with gateway.store.transaction() as conn:
+        await channel_queries.link(conn, identity=f"nostr:{keys.public_key().to_hex()}", channel="nostr",
+                                   user_id=user.id, created_at=clock.now_iso())
+    return user, keys
+
+
+async def failure(public: httpx.AsyncClient) -> bytes:
+    return (await public.get("/users/me")).content
+
+
+async def test_a_valid_event_authenticates_the_linked_user(public: httpx.AsyncClient, gateway: Gateway,
+                                                            make_user: MakeUser, nostr: NostrScheme):
+    user, keys = await linked(gateway, make_user)
+    response = await public.get("/users/me", headers=header(keys, f"{BASE}/users/me", "GET"))
+    assert response.status_code == 200 and response.json()["id"] == user.id
+    # A body signed with its payload digest: the password change works under Nostr.
+    body = b'{"currentPassword": "correct horse battery staple", "newPassword": "another one"}'
+    headers = {**header(keys, f"{BASE}/auth/password", "PUT", body=body), "Content-Type": "application/json"}
+    assert (await public.put("/auth/password", content=body, headers=headers)).status_code == 204
+    assert (await login(public, user.id, "another one")).status_code == 201
+
+
+async def test_every_failed_condition_is_the_one_401(public: httpx.AsyncClient, gateway: Gateway,
+                                                      make_user: MakeUser, nostr: NostrScheme):
+    _, keys = await linked(gateway, make_user)
+    unlinked = nostr_sdk.Keys.generate()
+    url, now = f"{BASE}/users/me", int(time.time())
+    signed = header(keys, url, "GET")["Authorization"]
+    event = base64.b64decode(signed.removeprefix("Nostr ")).decode()
+    tampered = event.replace('"content":""', '"content":"x"')
+    cases = {
+        "unlinked key": header(unlinked, url, "GET"),
+        "other url": header(keys, f"{BASE}/users/me?x=1", "GET"),
+        "other host": header(keys, "http://elsewhere/users/me", "GET"),
+        "other method": header(keys, url, "POST"),
+        "too old": header(keys, url, "GET", created_at=now - WINDOW - 30),
+        "too new": header(keys, url, "GET", created_at=now + WINDOW + 30),
+        "other kind": header(keys, url, "GET", kind=27236),
+        "bad signature": {"Authorization": "Nostr " + base64.b64encode(tampered.encode()).decode()},
+        "not base64": {"Authorization": "Nostr !!!"},
+        "not an event": {"Authorization": "Nostr " + base64.b64encode(b"{}").decode()},
+        "empty": {"Authorization": "Nostr"},
+    }
+    expected = await failure(public)
+    for name, headers in cases.items():
+        response = await public.get("/users/me", headers=headers)
+        assert (response.status_code, response.content) == (401, expected), name
+
+
+async def test_a_body_needs_its_payload_digest(public: httpx.AsyncClient, gateway: Gateway,
+                                               make_user: MakeUser, nostr: NostrScheme):
+    _, keys = await linked(gateway, make_user)
+    body = b'{"currentPassword": "correct horse battery staple", "newPassword": "another one"}'
+    url = f"{BASE}/auth/password"
+    for headers in (header(keys, url, "PUT"), header(keys, url, "PUT", body=b"other bytes")):
+        response = await public.put("/auth/password", content=body, headers={**headers, "Content-Type": "application/json"})
+        assert (response.status_code, response.content) == (401, await failure(public))
+
+
+async def test_a_replayed_event_is_refused(public: httpx.AsyncClient, gateway: Gateway,
+                                           make_user: MakeUser, nostr: NostrScheme):
+    _, keys = await linked(gateway, make_user)
+    headers = header(keys, f"{BASE}/users/me", "GET")
+    assert (await public.get("/users/me", headers=headers)).status_code == 200
+    assert (await public.get("/users/me", headers=headers)).status_code == 401
+
+
+async def test_a_replayed_id_is_forgotten_only_after_its_expiry(gateway: Gateway):
+    async with gateway.store.transaction() as conn:
+        assert await nostr_queries.first_use(conn, event_id="a" * 64, now=1000, expires_at=1120)
+        assert not await nostr_queries.first_use(conn, event_id="a" * 64, now=1120, expires_at=1240)
+        assert await nostr_queries.first_use(conn, event_id="a" * 64, now=1121, expires_at=1241)
+
+
+async def test_a_public_base_url_is_the_signed_url(public: httpx.AsyncClient, gateway: Gateway, make_user: MakeUser):
+    gateway.auth_schemes.append(NostrScheme(gateway.store, public_base_url="https://gateway.example.org/"))
+    _, keys = await linked(gateway, make_user)
+    proxied = header(keys, "https://gateway.example.org/users/me", "GET")
+    assert (await public.get("/users/me", headers=proxied)).status_code == 200
+    assert (await public.get("/users/me", headers=header(keys, f"{BASE}/users/me", "GET"))).status_code == 401
+
+
+async def test_bearer_tokens_work_beside_it_and_delete_current_drops_nothing(
+    public: httpx.AsyncClient, gateway: Gateway, make_user: MakeUser, nostr: NostrScheme
+):
+    user, keys = await linked(gateway, make_user)
+    token = await token_of(public, user.id)
+    assert (await public.get("/users/me", headers=bearer(token))).status_code == 200
+    current = f"{BASE}/auth/tokens/current"
+    assert (await public.delete("/auth/tokens/current", headers=header(keys, current, "DELETE"))).status_code == 204
+    assert (await public.get("/users/me", headers=bearer(token))).status_code == 200
+    # DELETE /auth/tokens under Nostr revokes that User's Tokens.
+    assert (await public.delete("/auth/tokens", headers=header(keys, f"{BASE}/auth/tokens", "DELETE"))).status_code == 204
+    assert (await public.get("/users/me", headers=bearer(token))).status_code == 401
+
+
+def settings_of(tmp_path, text: str) -> config.Settings:
+    path = tmp_path / "gateway.toml"
+    path.write_text("[auth]\ntoken_ttl_ms = 60000\n" + text)
+    return config.load(path, environ={})
+
+
+def refusal(tmp_path, text: str) -> str:
+    with pytest.raises(config.SettingsError) as caught:
+        settings_of(tmp_path, text)
+    assert "\n" not in str(caught.value)
+    return str(caught.value)
+
+
+def test_the_schemes_are_registered_in_the_settings_order(tmp_path, settings: config.Settings):
+    assert settings_of(tmp_path, "").auth_schemes == ("password",)
+    loaded = settings_of(tmp_path, 'schemes = ["nostr", "password"]\n[public]\nbase_url = "https://gw.example.org/"\n')
+    assert (loaded.auth_schemes, loaded.public_base_url) == (("nostr", "password"), "https://gw.example.org")
+    gateway = Gateway(dataclasses.replace(settings, auth_schemes=loaded.auth_schemes))
+    assert [type(scheme) for scheme in gateway.auth_schemes] == [NostrScheme, PasswordScheme]
+
+
+@pytest.mark.parametrize(("text", "words"), [
+    ('schemes = ["password", "kerberos"]', "auth.schemes: each entry must be one of"),
+    ('schemes = ["password", "password"]', "auth.schemes: name each scheme once"),
+    ("schemes = []", "auth.schemes: name each scheme once"),
+    ('schemes = "nostr"', "auth.schemes: must be a list"),
+    ('[public]\nbase_url = "gateway.example.org"', "public.base_url: must be an http(s) URL"),
+    ('[public]\nbase_url = "https://gw.example.org/?a=1"', "public.base_url: must be an http(s) URL"),
+])
+def test_a_scheme_settings_error_is_refused_in_one_line(tmp_path, text: str, words: str):
+    assert refusal(tmp_path, text).startswith(words)
+
+
+def test_the_nostr_scheme_without_its_library_is_refused_naming_the_extra(tmp_path, monkeypatch):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "nostr_sdk" else real(name, *a))
+    message = refusal(tmp_path, 'schemes = ["password", "nostr"]')
+    assert message == "auth.schemes: \"nostr\" needs the nostr extra: pip install 'agent-gateway[nostr]'"
+    assert settings_of(tmp_path, "").auth_schemes == ("password",)
+
+
+def test_a_nostr_identity_is_stored_in_hex_from_hex_or_npub():
+    keys = nostr_sdk.Keys.generate()
+    hex_key = keys.public_key().to_hex()
+    for written in (hex_key, hex_key.upper(), keys.public_key().to_bech32()):
+        assert identities.parse(f"nostr:{written}") == ("nostr", hex_key)
+    for bad in ("nostr:", "nostr:abc", f"nostr:{hex_key}0", "nostr:npub1notakey"):
+        with pytest.raises(identities.InvalidIdentity):
+            identities.parse(bad)
+
+
+async def test_a_user_linked_by_npub_authenticates_by_nip98(public: httpx.AsyncClient, gateway: Gateway,
+                                                           make_user: MakeUser, nostr: NostrScheme):
+    user, keys = await make_user(), nostr_sdk.Keys.generate()
+    async with gateway.store.transaction() as conn:
+        await identities.link(conn, user.id, f"nostr:{keys.public_key().to_bech32()}")
+    response = await public.get("/users/me", headers=header(keys, f"{BASE}/users/me", "GET"))
+    assert (response.status_code, response.json()["id"]) == (200, user.id)
+    async with gateway.store.transaction() as conn:
+        await identities.unlink(conn, user.id, f"nostr:{keys.public_key().to_bech32()}")
+    assert (await public.get("/users/me", headers=header(keys, f"{BASE}/users/me", "GET"))).status_code == 401
+
+
+async def test_an_event_accepted_by_one_gateway_is_refused_by_another_on_the_same_database(
+    public: httpx.AsyncClient, gateway: Gateway, settings: config.Settings, make_user: MakeUser, nostr: NostrScheme
+):
+    # Two gateways (two engines, two connection pools) on one database, as two HTTP processes are.
+    other = Gateway(dataclasses.replace(settings, auth_schemes=("password", "nostr")))
+    await other.start(migrate_first=False)
+    try:
+        _, keys = await linked(gateway, make_user)
+        headers = header(keys, f"{BASE}/users/me", "GET")
+        assert (await public.get("/users/me", headers=headers)).status_code == 200
+        transport = httpx.ASGITransport(app=other.public_asgi)
+        async with httpx.AsyncClient(transport=transport, base_url=BASE) as second:
+            # Another event (an id covers created_at: the same request signed in the same second is a replay).
+            fresh = header(keys, f"{BASE}/users/me", "GET", created_at=int(time.time()) - 1, extra=[["nonce", "1"]])
+            assert (await second.get("/users/me", headers=fresh)).status_code == 200
+            assert (await second.get("/users/me", headers=headers)).status_code == 401
+    finally:
+        await other.stop()
