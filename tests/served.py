@@ -136,21 +136,26 @@ class ServedGateway:
             result = run_cli("init", str(directory), config=directory / "gateway.toml", src=src)
             assert result.returncode == 0, result.stderr
         extra = {"AGENT_GATEWAY_DATABASE_URL": database_url, "AGENT_GATEWAY_AUTH_SCRYPT_LOGN": "10", **(env or {})}
-        gateway = cls.spawn_on_free_ports(directory, extra, descriptors=descriptors, src=src)
+        # A listener the test names (off, or on 0.0.0.0) is kept as named.
+        named = {name: value for name, value in (env or {}).items() if name in LISTENERS}
+        gateway = cls.spawn_on_free_ports(directory, extra, named=named, descriptors=descriptors, src=src)
         try:
             yield gateway
         finally:
             gateway.stop()
 
     @classmethod
-    def spawn_on_free_ports(cls, directory: Path, extra: dict[str, str], *args: Any, **options: Any) -> ServedGateway:
+    def spawn_on_free_ports(
+        cls, directory: Path, extra: dict[str, str], *args: Any, named: dict[str, str] | None = None, **options: Any
+    ) -> ServedGateway:
         """:meth:`spawn` with its three listeners on free loopback ports of their own (``extra``'s
-        listen addresses replaced). A port found free can be taken by another test between its pick
-        and serve's bind: serve then says so in one line, and it is started again on new ones."""
+        listen addresses replaced), but those ``named``. A port found free can be taken by another
+        test between its pick and serve's bind: serve then says so in one line, and it is started
+        again on new ones."""
         for attempt in range(LISTEN_TRIES):
             ports = {name: f"127.0.0.1:{free_port()}" for name in LISTENERS}
             try:
-                return cls.spawn(directory, {**extra, **ports}, *args, **options)
+                return cls.spawn(directory, {**extra, **ports, **(named or {})}, *args, **options)
             except RuntimeError as exc:
                 if attempt == LISTEN_TRIES - 1 or "Address already in use" not in str(exc):
                     raise
