@@ -104,4 +104,13 @@ class NostrScheme:
         # WINDOW after it, so remembering the id 2 * WINDOW from now is enough whatever its created_at.
         async with self._store.transaction() as conn:
             first = await queries.first_use(conn, event_id=event_id, now=now, expires_at=now + 2 * WINDOW)
-        return Authenticated(user, self) if first else None
+        if not first:
+            return None
+
+        async def still_linked() -> bool:
+            # The stream opened by this request lives as long as the key is linked to the same User.
+            async with self._store.read() as conn:
+                now_linked = await channel_queries.identity(conn, f"nostr:{pubkey}")
+            return now_linked is not None and now_linked.user_id == user.id
+
+        return Authenticated(user, self, still_valid=still_linked)

@@ -11,6 +11,7 @@ Every failure is the same 401 with the same body.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from starlette.requests import Request
@@ -26,6 +27,10 @@ class Authenticated:
     scheme: Scheme
     # The digest of the presented Token when the password scheme authenticated the request.
     token_digest: str | None = None
+    # Whether the caller may still act as ``user``, for a long request (the Message stream) that
+    # cannot present its proof again (a NIP-98 event is spent by its first use). None: the
+    # request is authenticated again instead.
+    still_valid: Callable[[], Awaitable[bool]] | None = None
 
 
 class Scheme(Protocol):

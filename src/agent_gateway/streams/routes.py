@@ -122,8 +122,11 @@ def _own_log(request: Request, caller: schemes.Authenticated, start: int | None)
     if caller.token_digest is not None:
         return _open(request, caller.user.id, start, token_digest=caller.token_digest)
 
+    if caller.still_valid is not None:
+        return _open(request, caller.user.id, start, still_allowed=caller.still_valid)
+
     async def still_allowed() -> bool:
-        # The Token it was opened with, asked again: revoked or expired ends the stream.
+        # The credentials it was opened with, asked again: revoked or expired ends the stream.
         try:
             again = await schemes.authenticated(request)
         except errors.AuthenticationFailed:
