@@ -5,6 +5,7 @@ The person signs with a second instance of nostr-sdk, as a Nostr client would.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import dataclasses
 import hashlib
@@ -14,6 +15,7 @@ import time
 import httpx
 import nostr_sdk
 import pytest
+import sqlalchemy as sa
 
 from agent_gateway import clock, config
 from agent_gateway.auth.nip98 import WINDOW, NostrScheme
@@ -23,6 +25,7 @@ from agent_gateway.gateway import Gateway
 from agent_gateway.store.queries import channels as channel_queries
 from agent_gateway.store.queries import nostr as nostr_queries
 from agent_gateway.store.queries.users import User
+from agent_gateway.store.tables import nostr_auth_events
 
 from tests.auth.conftest import MakeUser, bearer, login, token_of
 
@@ -117,11 +120,45 @@ async def test_a_replayed_event_is_refused(public: httpx.AsyncClient, gateway: G
     assert (await public.get("/users/me", headers=headers)).status_code == 401
 
 
-async def test_a_replayed_id_is_forgotten_only_after_its_expiry(gateway: Gateway):
+async def remember(gateway: Gateway, *accepted: tuple[str, int]) -> list[bool]:
     async with gateway.store.transaction() as conn:
-        assert await nostr_queries.first_use(conn, event_id="a" * 64, now=1000, expires_at=1120)
-        assert not await nostr_queries.first_use(conn, event_id="a" * 64, now=1120, expires_at=1240)
-        assert await nostr_queries.first_use(conn, event_id="a" * 64, now=1121, expires_at=1241)
+        return await nostr_queries.remember(conn, [(event_id, now, now + 120) for event_id, now in accepted])
+
+
+async def test_a_replayed_id_is_forgotten_only_after_its_expiry(gateway: Gateway):
+    assert await remember(gateway, ("a" * 64, 1000)) == [True]
+    assert await remember(gateway, ("a" * 64, 1120)) == [False]
+    # Past its expiry the next transaction removes it (the scheme refuses its event on created_at by then).
+    assert await remember(gateway, ("b" * 64, 1121)) == [True]
+    assert await remember(gateway, ("a" * 64, 1122)) == [True]
+
+
+async def test_one_event_twice_in_one_batch_is_accepted_once(gateway: Gateway):
+    assert await remember(gateway, ("c" * 64, 1000), ("d" * 64, 1000), ("c" * 64, 1000)) == [True, True, False]
+    assert await remember(gateway, ("d" * 64, 1001), ("e" * 64, 1001)) == [False, True]
+
+
+async def test_expired_ids_are_removed_a_batch_per_transaction(gateway: Gateway):
+    async def remembered() -> int:
+        async with gateway.store.read() as conn:
+            return (await conn.execute(sa.select(sa.func.count()).select_from(nostr_auth_events))).scalar_one()
+
+    assert await remember(gateway, *((f"{number:064x}", 1000) for number in range(nostr_queries.PURGE_BATCH + 4)))
+    assert await remembered() == nostr_queries.PURGE_BATCH + 4
+    assert await remember(gateway, ("b" * 64, 2000)) == [True]
+    assert await remembered() == 5  # a batch gone, the new id in
+    assert await remember(gateway, ("c" * 64, 2000)) == [True]
+    assert await remembered() == 2
+
+
+async def test_requests_at_once_with_one_event_are_accepted_once(public: httpx.AsyncClient, gateway: Gateway,
+                                                                make_user: MakeUser, nostr: NostrScheme):
+    user, keys = await linked(gateway, make_user)
+    headers = header(keys, f"{BASE}/users/me", "GET")
+    others = [header(keys, f"{BASE}/users/me", "GET", extra=[["nonce", str(number)]]) for number in range(6)]
+    answers = await asyncio.gather(*(public.get("/users/me", headers=h) for h in [headers] * 6 + others))
+    assert sorted(answer.status_code for answer in answers[:6]) == [200] + [401] * 5
+    assert all(answer.status_code == 200 and answer.json()["id"] == user.id for answer in answers[6:])
 
 
 async def test_a_public_base_url_is_the_signed_url(public: httpx.AsyncClient, gateway: Gateway, make_user: MakeUser):

@@ -21,19 +21,21 @@ import hashlib
 import time
 
 import nostr_sdk
+import orjson
 from starlette.requests import Request
 
 from agent_gateway.auth.schemes import Authenticated
 from agent_gateway.http import fastpath
+from agent_gateway.store.batch import Batcher
 from agent_gateway.store.engine import Store
-from agent_gateway.store.queries import channels as channel_queries
 from agent_gateway.store.queries import nostr as queries
-from agent_gateway.store.queries import users as user_queries
 
 KIND = 27235
 # How far created_at may be from now, either way (NIP-98 suggests 60 s); also how long an accepted id
 # is remembered, since an event older than this is refused on its created_at alone.
 WINDOW = 60
+# Accepted ids remembered per transaction at most.
+SPEND_BATCH = 64
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,23 +53,34 @@ def verified_pubkey(credentials: str, claim: Claim, *, now: int) -> tuple[str, s
     Pure: the replay check is the caller's, on the id returned.
     """
     try:
-        event = nostr_sdk.Event.from_json(base64.b64decode(credentials, validate=True).decode())
-    except (binascii.Error, UnicodeDecodeError, nostr_sdk.NostrSdkError):
+        text = base64.b64decode(credentials, validate=True)
+        fields = orjson.loads(text)
+    except (binascii.Error, orjson.JSONDecodeError):
         return None
-    if event.kind().as_u16() != KIND or not event.verify():
+    # What the event must say is read off the JSON first (each call into nostr-sdk costs as much as
+    # the whole check), so that a wrong event costs no verification. The signature then covers
+    # exactly these fields: the id it signs is their hash, and verify() recomputes it.
+    if not isinstance(fields, dict) or fields.get("kind") != KIND:
         return None
-    if abs(event.created_at().as_secs() - now) > WINDOW:
+    created_at, listed = fields.get("created_at"), fields.get("tags")
+    if type(created_at) is not int or abs(created_at - now) > WINDOW or not isinstance(listed, list):
         return None
-    tags: dict[str, list[str]] = {}
-    for tag in event.tags():
-        values = tag.to_vec()
+    tags: dict[str, list] = {}
+    for values in listed:
         # The first tag of a name counts: a second "u" or "method" cannot widen what was signed.
-        if values:
+        if isinstance(values, list) and values and isinstance(values[0], str):
             tags.setdefault(values[0], values[1:])
     if tags.get("u") != [claim.url] or tags.get("method") != [claim.method]:
         return None
     if claim.body and tags.get("payload") != [hashlib.sha256(claim.body).hexdigest()]:
         return None
+    try:
+        event = nostr_sdk.Event.from_json(text.decode())
+    except (UnicodeDecodeError, nostr_sdk.NostrSdkError):
+        return None
+    if not event.verify():
+        return None
+    # The library's forms, not the JSON's: an id in upper-case hex is the same event, and one id.
     return event.author().to_hex(), event.id().to_hex()
 
 
@@ -76,6 +89,8 @@ class NostrScheme:
 
     def __init__(self, store: Store, *, public_base_url: str | None = None) -> None:
         self._store = store
+        # Concurrent requests' ids are remembered together, a transaction per batch (group commit).
+        self._replays: Batcher[tuple[str, int, int], bool] = Batcher(store, queries.remember, limit=SPEND_BATCH)
         self._public_base_url = None if public_base_url is None else public_base_url.rstrip("/")
 
     def _url(self, request: Request) -> str:
@@ -95,22 +110,15 @@ class NostrScheme:
         if found is None:
             return None
         pubkey, event_id = found
-        async with self._store.read() as conn:
-            identity = await channel_queries.identity(conn, f"nostr:{pubkey}")
-            user = None if identity is None else await user_queries.get(conn, id=identity.user_id)
-        if user is None:
-            return None
+        user = await queries.user_of(self._store, f"nostr:{pubkey}")
         # The id is spent only by a request that authenticates. An event is refused on its created_at
         # WINDOW after it, so remembering the id 2 * WINDOW from now is enough whatever its created_at.
-        async with self._store.transaction() as conn:
-            first = await queries.first_use(conn, event_id=event_id, now=now, expires_at=now + 2 * WINDOW)
-        if not first:
+        if user is None or not await self._replays.submit((event_id, now, now + 2 * WINDOW)):
             return None
 
         async def still_linked() -> bool:
             # The stream opened by this request lives as long as the key is linked to the same User.
-            async with self._store.read() as conn:
-                now_linked = await channel_queries.identity(conn, f"nostr:{pubkey}")
-            return now_linked is not None and now_linked.user_id == user.id
+            linked = await queries.user_of(self._store, f"nostr:{pubkey}")
+            return linked is not None and linked.id == user.id
 
         return Authenticated(user, self, still_valid=still_linked)

@@ -1,32 +1,75 @@
-"""Queries of the NIP-98 scheme: the ids of accepted events, for the replay window."""
+"""Queries of the NIP-98 scheme: the User of a key, and the ids of accepted events, for the replay window."""
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Sequence
+
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from agent_gateway.store.tables import nostr_auth_events
+from agent_gateway import jsontext
+from agent_gateway.store import direct
+from agent_gateway.store.engine import Store
+from agent_gateway.store.queries.users import User
+from agent_gateway.store.tables import channel_identities, nostr_auth_events, users
 
-# Expired ids removed by one request at most: more than arrive in one, so the table stays small.
+# Expired ids removed by one transaction at most: more than arrive in one, so the table stays small.
 PURGE_BATCH = 16
 
+# The User of a key: one statement straight on the driver, as a Token's User is.
+_USER_OF = direct.Query(
+    sa.select(users.c.id, users.c.attributes, users.c.created_at)
+    .select_from(channel_identities.join(users, users.c.id == channel_identities.c.user_id))
+    .where(channel_identities.c.identity == sa.bindparam("identity"))
+)
 
-async def first_use(conn: AsyncConnection, *, event_id: str, now: int, expires_at: int) -> bool:
-    """Remember ``event_id`` until ``expires_at``; False when it is remembered already.
+# Expired ids go a batch at a time, skipping those another process is removing (removers at once
+# would otherwise queue behind each other's row locks on the same expired rows).
+_EXPIRED = sa.select(nostr_auth_events.c.event_id).where(nostr_auth_events.c.expires_at < sa.bindparam("now")).limit(PURGE_BATCH)
+_PURGE = {
+    "postgresql": direct.Query(nostr_auth_events.delete().where(
+        nostr_auth_events.c.event_id.in_(_EXPIRED.with_for_update(skip_locked=True)))),
+    "sqlite": direct.Query(nostr_auth_events.delete().where(nostr_auth_events.c.event_id.in_(_EXPIRED))),
+}
+# New ids, each remembered unless it is already: the ids returned are those written.
+_REMEMBER_POSTGRES = direct.Query(sa.text(
+    "INSERT INTO nostr_auth_events (event_id, expires_at) "
+    "SELECT * FROM unnest(CAST(:event_ids AS text[]), CAST(:expires_at AS bigint[])) "
+    "ON CONFLICT (event_id) DO NOTHING RETURNING event_id"
+))
 
-    Decided by the primary key, so two processes accepting one event at once cannot both win.
-    """
-    # Expired ids go a batch at a time, skipping those another request is removing: requests
-    # at once would otherwise queue behind each other's row locks on the same expired rows.
-    expired = sa.select(nostr_auth_events.c.event_id).where(nostr_auth_events.c.expires_at < now).limit(PURGE_BATCH)
+
+@functools.lru_cache(maxsize=64)
+def _remember_sqlite(count: int) -> str:
+    values = ", ".join(["(?, ?)"] * count)
+    return f"INSERT INTO nostr_auth_events (event_id, expires_at) VALUES {values} ON CONFLICT (event_id) DO NOTHING RETURNING event_id"
+
+
+async def user_of(store: Store, identity: str) -> User | None:
+    """The User ``identity`` is linked to, if any."""
+    rows = await store.fetch(_USER_OF, identity=identity)
+    if not rows:
+        return None
+    user_id, attributes, created_at = rows[0]
+    return User(user_id, jsontext.loads(attributes), created_at)
+
+
+async def remember(conn: AsyncConnection, accepted: Sequence[tuple[str, int, int]]) -> list[bool]:
+    """For each ``(event id, now, expires at)``, in order: True when the id was new, and is
+    remembered until its expiry; False when it is remembered already (or came earlier in
+    ``accepted``). Decided by the primary key, so two processes cannot both take one id."""
+    now = max(at for _, at, _ in accepted)
+    await direct.run(conn, _PURGE[conn.dialect.name], now=now)
+    new = {event_id: expires_at for event_id, _, expires_at in accepted}
+    ids, expiries = list(new), list(new.values())
     if conn.dialect.name == "postgresql":
-        expired = expired.with_for_update(skip_locked=True)
-    await conn.execute(nostr_auth_events.delete().where(nostr_auth_events.c.event_id.in_(expired)))
-    insert = (postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert)(nostr_auth_events)
-    written = await conn.execute(
-        insert.values(event_id=event_id, expires_at=expires_at)
-        .on_conflict_do_nothing(index_elements=["event_id"])
-        .returning(nostr_auth_events.c.event_id)
-    )
-    return written.first() is not None
+        rows = await direct.run(conn, _REMEMBER_POSTGRES, event_ids=ids, expires_at=expiries)
+    else:
+        rows = await direct.run_sqlite(conn, _remember_sqlite(len(ids)), [v for pair in zip(ids, expiries, strict=True) for v in pair])
+    written = {row[0] for row in rows}
+    results = []
+    for event_id, _, _ in accepted:
+        results.append(event_id in written)
+        written.discard(event_id)  # a second request with the same event, in the same batch, is a replay
+    return results

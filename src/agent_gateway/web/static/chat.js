@@ -3,11 +3,17 @@
 // Only this origin is ever asked (the Content-Security-Policy enforces it). The Token is
 // kept in sessionStorage: this tab only, gone when it closes; never in a URL or localStorage.
 // The stream is read with fetch() because EventSource cannot send an Authorization header.
+//
+// With a NIP-07 browser extension (window.nostr) and a gateway that accepts NIP-98, a person
+// logs in with their Nostr key instead: no Token then, every request carries an event the
+// extension signs for it (its URL, method and body digest), which the gateway accepts once.
 "use strict";
 
 (() => {
   const TOKEN_KEY = "agent-gateway.token";
+  const NOSTR_KEY = "agent-gateway.nostr"; // the public key (hex) of a Nostr login
   const USER_KEY = "agent-gateway.user";
+  const NIP98_KIND = 27235;
   const PAGE_LIMIT = 50;
   const SEND_ATTEMPTS = 3; // a 503 means "not recorded, retry": try again twice by itself
   const RECONNECT_MAX_MS = 15000;
@@ -27,13 +33,45 @@
     }
   }
 
-  function request(method, path, { body, token, signal, headers = {} } = {}) {
+  // A NIP-07 extension may appear after this script runs; it is asked for when needed.
+  const nostrAvailable = () => Boolean(window.nostr) && window.isSecureContext;
+
+  function hex(bytes) {
+    return Array.from(new Uint8Array(bytes), (byte) => byte.toString(16).padStart(2, "0")).join("");
+  }
+
+  function base64(text) {
+    return btoa(String.fromCharCode(...new TextEncoder().encode(text)));
+  }
+
+  // NIP-98: a kind 27235 event naming this request, signed by the extension (which may ask its user).
+  async function nostrAuthorization(method, path, payload) {
+    // The nonce: the same request twice in one second would otherwise be the same event (its id
+    // covers only these fields), which the gateway takes for a replay the second time.
+    const nonce = hex(crypto.getRandomValues(new Uint8Array(16)));
+    const tags = [["u", new URL(path, location.href).href], ["method", method], ["nonce", nonce]];
+    if (payload !== undefined) {
+      tags.push(["payload", hex(await crypto.subtle.digest("SHA-256", new TextEncoder().encode(payload)))]);
+    }
+    const template = { kind: NIP98_KIND, created_at: Math.floor(Date.now() / 1000), tags, content: "" };
+    let event;
+    try {
+      event = await window.nostr.signEvent(template);
+    } catch (error) {
+      throw new RequestFailed(-1, "Your Nostr extension did not sign the request.");
+    }
+    return "Nostr " + base64(JSON.stringify(event));
+  }
+
+  // ``auth``: the session (its Token, or its Nostr key) the request acts for; none to log in.
+  async function request(method, path, { body, auth, signal, headers = {} } = {}) {
     const init = { method, headers: { ...headers }, cache: "no-store", credentials: "omit", signal };
-    if (token) init.headers.Authorization = "Bearer " + token;
     if (body !== undefined) {
       init.headers["Content-Type"] = "application/json";
       init.body = JSON.stringify(body);
     }
+    if (auth && auth.token) init.headers.Authorization = "Bearer " + auth.token;
+    if (auth && auth.nostr) init.headers.Authorization = await nostrAuthorization(method, path, init.body);
     return fetch(path, init).catch((error) => {
       if (error.name === "AbortError") throw error;
       throw new RequestFailed(0, "Cannot reach the gateway.");
@@ -68,7 +106,7 @@
         body: { user: $("login-user").value.trim(), password: $("login-password").value },
       });
       $("login-password").value = "";
-      begin(result.token, result.user.id);
+      begin({ token: result.token }, result.user.id);
     } catch (error) {
       const messages = {
         401: "Wrong User id or password.",
@@ -81,10 +119,35 @@
     }
   }
 
-  function begin(token, userId) {
-    sessionStorage.setItem(TOKEN_KEY, token);
+  // The key of the extension, if it is linked to a User here: that User's session.
+  async function logInWithNostr() {
+    show($("login-error"), "");
+    show($("login-notice"), "");
+    $("login-nostr").disabled = true;
+    let pubkey = null;
+    try {
+      pubkey = await window.nostr.getPublicKey();
+      const me = await api("GET", "/users/me", { auth: { nostr: pubkey } });
+      begin({ nostr: pubkey }, me.id);
+    } catch (error) {
+      const messages = {
+        401: `This Nostr key (${pubkey}) is not linked to a User here, or the gateway does not accept Nostr logins. Ask the operator to link it.`,
+        0: "Cannot reach the gateway. Check your connection and try again.",
+        [-1]: error.message,
+      };
+      const message = pubkey === null ? "Your Nostr extension did not give its public key." : messages[error.status];
+      show($("login-error"), message || "Login failed: " + error.message);
+    } finally {
+      $("login-nostr").disabled = false;
+    }
+  }
+
+  // ``credentials``: { token } after a password login, { nostr: public key } after a Nostr one.
+  function begin(credentials, userId) {
+    if (credentials.token) sessionStorage.setItem(TOKEN_KEY, credentials.token);
+    if (credentials.nostr) sessionStorage.setItem(NOSTR_KEY, credentials.nostr);
     sessionStorage.setItem(USER_KEY, userId);
-    session = { token, userId, resumeAfter: null, oldest: null, controller: null };
+    session = { ...credentials, userId, resumeAfter: null, oldest: null, controller: null };
     $("messages").replaceChildren();
     $("older").hidden = true;
     show($("chat-error"), "");
@@ -100,19 +163,23 @@
     if (session && session.controller) session.controller.abort();
     session = null;
     sessionStorage.removeItem(TOKEN_KEY);
+    sessionStorage.removeItem(NOSTR_KEY);
     sessionStorage.removeItem(USER_KEY);
     $("messages").replaceChildren();
     $("chat").hidden = true;
     $("login").hidden = false;
     show($("login-error"), isError ? notice : "");
     show($("login-notice"), isError ? "" : notice);
+    $("login-nostr").hidden = !nostrAvailable();
   }
 
   async function logOut() {
     const current = session;
+    // A Nostr session holds no Token: there is nothing to revoke, only to forget.
+    if (current.nostr) return end("You are logged out.", false);
     $("logout").disabled = true;
     try {
-      await api("DELETE", "/auth/tokens/current", { token: current.token });
+      await api("DELETE", "/auth/tokens/current", { auth: current });
     } catch (error) {
       // 401: the Token already stopped working, which is what logging out wants.
       if (error.status !== 401) {
@@ -126,7 +193,8 @@
   }
 
   function sessionEnded() {
-    end("Your session has ended (the Token expired or was revoked). Log in again.", true);
+    const why = session && session.nostr ? "your Nostr key is no longer linked to this User" : "the Token expired or was revoked";
+    end(`Your session has ended (${why}). Log in again.`, true);
   }
 
   // --- the conversation -----------------------------------------------------------------
@@ -169,7 +237,7 @@
 
   // The newest page; the stream then resumes right after it, so nothing falls in between.
   async function loadNewest(current) {
-    const page = await api("GET", "/messages?limit=" + PAGE_LIMIT, { token: current.token });
+    const page = await api("GET", "/messages?limit=" + PAGE_LIMIT, { auth: current });
     if (session !== current) return;
     addAtEnd(page.messages);
     $("log").scrollTop = $("log").scrollHeight;
@@ -184,7 +252,7 @@
     $("older").disabled = true;
     try {
       const page = await api("GET", `/messages?before=${current.oldest}&limit=${PAGE_LIMIT}`, {
-        token: current.token,
+        auth: current,
       });
       if (session !== current) return;
       const log = $("log");
@@ -210,7 +278,7 @@
     try {
       for (let attempt = 1; ; attempt++) {
         try {
-          const message = await api("POST", "/messages", { token: current.token, body: { text } });
+          const message = await api("POST", "/messages", { auth: current, body: { text } });
           if (session !== current) return;
           if ($("send-text").value === text) $("send-text").value = "";
           $("log").scrollTop = $("log").scrollHeight;
@@ -282,7 +350,7 @@
     quiet();
     try {
       const response = await request("GET", "/messages/stream", {
-        token: current.token,
+        auth: current,
         signal: controller.signal,
         headers: { Accept: "text/event-stream", "Last-Event-ID": String(current.resumeAfter) },
       });
@@ -344,6 +412,7 @@
   // --- wiring ---------------------------------------------------------------------------
 
   $("login-form").addEventListener("submit", logIn);
+  $("login-nostr").addEventListener("click", logInWithNostr);
   $("send-form").addEventListener("submit", send);
   $("logout").addEventListener("click", logOut);
   $("older").addEventListener("click", loadOlder);
@@ -357,6 +426,17 @@
     }
   });
 
+  // A reload keeps the tab's session: its Token, or its Nostr key once the extension is there.
   const token = sessionStorage.getItem(TOKEN_KEY);
-  if (token) begin(token, sessionStorage.getItem(USER_KEY) || "");
+  const nostr = sessionStorage.getItem(NOSTR_KEY);
+  const userId = sessionStorage.getItem(USER_KEY) || "";
+  if (token) begin({ token }, userId);
+  $("login-nostr").hidden = !nostrAvailable();
+  window.addEventListener("load", () => {
+    if (!session) $("login-nostr").hidden = !nostrAvailable();
+    if (nostr && !session) {
+      if (nostrAvailable()) begin({ nostr }, userId);
+      else end("Your Nostr extension is not available here. Log in again.", true);
+    }
+  });
 })();
