@@ -69,8 +69,8 @@ class Person:
         self.keys = nostr_sdk.Keys.generate()
         self.hex = self.keys.public_key().to_hex()
 
-    async def publish(self, event: nostr_sdk.Event) -> None:
-        async with connect(self.relay.url) as ws:
+    async def publish(self, event: nostr_sdk.Event, relay: servers.Relay | None = None) -> None:
+        async with connect((relay or self.relay).url) as ws:
             await ws.send(json.dumps(["EVENT", json.loads(event.as_json())]))
             async for frame in ws:
                 answer = json.loads(frame)
@@ -88,9 +88,9 @@ class Person:
         )
         await self.publish(nostr_sdk.nip59_make_gift_wrap(sealed_by or self.keys, recipient, rumor))
 
-    async def fetch(self, query: dict) -> list[nostr_sdk.Event]:  # type: ignore[type-arg]
+    async def fetch(self, query: dict, relay: servers.Relay | None = None) -> list[nostr_sdk.Event]:  # type: ignore[type-arg]
         found = []
-        async with connect(self.relay.url, max_size=None) as ws:
+        async with connect((relay or self.relay).url, max_size=None) as ws:
             await ws.send(json.dumps(["REQ", "s", query]))
             async for frame in ws:
                 answer = json.loads(frame)
@@ -100,20 +100,20 @@ class Person:
                     found.append(nostr_sdk.Event.from_json(json.dumps(answer[2])))
         return found
 
-    async def heard(self, agent: str) -> list[str]:
+    async def heard(self, agent: str, relay: servers.Relay | None = None) -> list[str]:
         """The texts of the direct messages ``agent`` sent this person, each rumor once, sorted (their
         created_at has a second's precision: two sent within one second have no order)."""
         rumors = {}
-        for wrap in await self.fetch({"kinds": [1059], "#p": [self.hex]}):
+        for wrap in await self.fetch({"kinds": [1059], "#p": [self.hex]}, relay):
             gift = nostr_sdk.UnwrappedGift.from_gift_wrap(self.keys, wrap)
             rumor = gift.rumor()
             if gift.sender().to_hex() == agent and rumor.author().to_hex() == agent and rumor.kind().as_u16() == 14:
                 rumors[rumor.id().to_hex()] = (rumor.created_at().as_secs(), rumor.content())
         return sorted(text for _, text in rumors.values())
 
-    async def heard_n(self, agent: str, n: int) -> list[str]:
+    async def heard_n(self, agent: str, n: int, relay: servers.Relay | None = None) -> list[str]:
         async def enough() -> list[str]:
-            said = await self.heard(agent)
+            said = await self.heard(agent, relay)
             return said if len(said) >= n else []
 
         return await until(enough, what=f"{n} messages from the agent")
@@ -283,6 +283,28 @@ async def test_open_admits_strangers_and_no_user_hears_another(deployment: Nostr
     assert await count(gateway, users) == 2
     assert await alice.heard(deployment.hex) == ["echo: I am alice"]
     assert await bob.heard(deployment.hex) == ["echo: I am bob"]
+
+
+@pytest.fixture(scope="module")
+def second_relay(relay: servers.Relay, tmp_path_factory: pytest.TempPathFactory) -> Iterator[servers.Relay]:
+    with servers.relay(tmp_path_factory.mktemp("second-relay")) as server:
+        yield server
+
+
+async def test_answers_go_to_the_relays_of_the_persons_list(  # type: ignore[no-untyped-def]
+    deployment: NostrDeployment, people, running_relay: servers.Relay, second_relay: servers.Relay
+) -> None:
+    """The person's kind 10050 list names the second relay only: the answer is published there,
+    not on the first, where the person wrote."""
+    gateway = await deployment.start(nostr_relays=(running_relay.url, second_relay.url), nostr_policy="open")
+    alice = people()
+    await reading(gateway, second_relay)
+    inbox = nostr_sdk.EventBuilder(nostr_sdk.Kind(10050), "").tags([nostr_sdk.Tag.parse(["relay", second_relay.url])])
+    await alice.publish(inbox.finalize(alice.keys))
+    await alice.say(deployment.hex, "where do you answer?")
+    assert await alice.heard_n(deployment.hex, 1, second_relay) == ["echo: where do you answer?"]
+    await until(lambda: all_delivered(gateway), what="the delivery")
+    assert await alice.heard(deployment.hex) == []
 
 
 async def test_allowlist_hears_only_linked_keys(deployment: NostrDeployment, people, running_relay) -> None:  # type: ignore[no-untyped-def]

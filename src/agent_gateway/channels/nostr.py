@@ -335,14 +335,16 @@ class Nostr(Network):
         if cached is not None and now - cached[0] < INBOXES_FOR_S:
             return cached[1]
         newest: nostr_sdk.Event | None = None
-        for url in list(self._connections):
+        asked = list(self._connections)
+        for url in asked:
             for found in await self._fetch(url, {"kinds": [DM_RELAYS], "authors": [person], "limit": 1}):
                 if newest is None or found.created_at().as_secs() > newest.created_at().as_secs():
                     newest = found
         listed = [] if newest is None else [str(url).rstrip("/") for url in nostr_sdk.nip17_extract_relay_list(newest)]
         usable = tuple(dict.fromkeys(url for url in listed if url.startswith("wss://") or url in self.relays))
         inbox = usable or self.relays
-        self._inboxes[person] = (now, inbox)
+        if asked:  # with no relay connected, nothing was learnt: asked again next time
+            self._inboxes[person] = (now, inbox)
         return inbox
 
     async def _fetch(self, url: str, query: dict[str, Any]) -> list[nostr_sdk.Event]:
