@@ -13,6 +13,7 @@ import logging
 import os
 import signal
 import time
+import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
@@ -211,6 +212,20 @@ async def test_the_whole_flow(deployment: NostrDeployment, people, running_relay
     assert "echo: genuine" in await alice.heard_n(deployment.hex, 4)
     assert [text for d, text in await log_of(gateway, user_id) if d == "inbound"] == ["ping", "genuine"]
 
+    # A resend of one delivery (its outcome lost, say), even a minute later, is the same rumor
+    # (dated by the delivery's UUIDv7 id) in a new gift wrap.
+    written = int(time.time()) - 60
+    delivery = str(uuid.UUID(int=(written * 1000) << 80 | 0x7 << 76 | 0b10 << 62 | 12345))
+    for _ in range(2):
+        await gateway.channels[0].network.send(alice.hex, "message", "said twice, one message", delivery)
+    rumors = [
+        nostr_sdk.UnwrappedGift.from_gift_wrap(alice.keys, wrap).rumor()
+        for wrap in await alice.fetch({"kinds": [1059], "#p": [alice.hex]})
+    ]
+    resent = [rumor for rumor in rumors if rumor.content() == "said twice, one message"]
+    assert len(resent) == 2 and len({rumor.id().to_hex() for rumor in resent}) == 1
+    assert resent[0].created_at().as_secs() == written
+
     nsec = nostr_sdk.SecretKey.parse(deployment.key).to_bech32()
     for secret in (deployment.key, nsec):
         assert secret not in caplog.text
@@ -351,9 +366,20 @@ async def test_a_gateway_killed_between_storing_and_sending_sends_after_restart_
         [delivery] = first.cli_json("channels", "deliveries")
         assert delivery["state"] in ("pending", "failed") and delivery["message"] == sent.json()["id"]
         assert first.stop(signal.SIGKILL) == -signal.SIGKILL
-    running_relay.start()
+    # The next serve starts and serves while the relay is down; /readyz says so, and stays 200.
     second = ServedGateway.spawn_on_free_ports(directory, first.env)
     try:
+        async def readyz() -> dict:  # type: ignore[type-arg]
+            async with httpx.AsyncClient(timeout=CEILING_S) as client:
+                answer = await client.get(f"{second.ops_url}/readyz")
+            assert answer.status_code == 200, answer.text
+            return answer.json()
+
+        async def unreachable() -> bool:
+            return (await readyz()).get("channels", {}).get("nostr", "").startswith("cannot reach the nostr server")
+
+        await until(unreachable, what="/readyz naming the unreachable relay")
+        running_relay.start()
         assert await alice.heard_n(agent, 1) == ["stored, then killed"]
 
         async def delivered() -> bool:
@@ -361,6 +387,11 @@ async def test_a_gateway_killed_between_storing_and_sending_sends_after_restart_
 
         await until(delivered, what="the delivery recorded as delivered")
         assert await alice.heard(agent) == ["stored, then killed"]
+
+        async def reachable() -> bool:
+            return (await readyz())["channels"] == {"nostr": "ok"}
+
+        await until(reachable, what="/readyz with the relay back")
     finally:
         second.stop()
     nsec = nostr_sdk.SecretKey.parse(secret).to_bech32().encode()
