@@ -416,7 +416,8 @@ class Relay:
 
 def _relay_config(folder: Path, port: int) -> str:
     """SQLite storage in ``folder``; events up to a year old are taken (gift wraps are dated up to
-    two days back), signatures checked, no authentication, no rate limit."""
+    two days back), signatures checked, no authentication, no rate limit; uvicorn (the gunicorn
+    table's keys are its options) closes open websockets within a second of SIGTERM."""
     return f"""
 DEBUG: false
 relay_name: agent-gateway tests
@@ -434,6 +435,7 @@ gunicorn:
   workers: 1
   loglevel: warning
   reload: false
+  timeout_graceful_shutdown: 1
 verification:
   nip05_verification: disabled
 authentication:
