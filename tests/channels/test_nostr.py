@@ -31,7 +31,7 @@ from agent_gateway.users import service as users_service
 from tests import servers
 from tests.channels.conftest import CEILING_S, HANDLERS, Deployment, until
 from tests.channels.test_matrix import all_delivered, count, has_state, log_of
-from tests.served import ServedGateway, run_cli
+from tests.served import ServedGateway, run_cli, run_cli_here
 
 pytestmark = [pytest.mark.processes, pytest.mark.xdist_group("nostr")]
 
@@ -502,3 +502,15 @@ def test_init_writes_the_nostr_table_and_a_new_key(tmp_path: Path) -> None:
         "for a loopback host; use wss://\n"
     ))
     assert not (tmp_path / "e").exists()
+
+
+def test_init_without_the_extra_is_refused_in_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    found = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "nostr_sdk" else found(name, *a))
+    refused = run_cli_here("init", str(tmp_path / "d"), "--nostr-relay", "wss://relay.example.org", config=tmp_path / "none.toml")
+    assert (refused.returncode, refused.stderr) == (
+        1, "agent-gateway: error: --nostr-relay needs the nostr extra: pip install 'agent-gateway[nostr]'\n"
+    )
+    assert not (tmp_path / "d").exists()
