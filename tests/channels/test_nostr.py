@@ -24,7 +24,7 @@ import sqlalchemy as sa
 from websockets.asyncio.client import connect
 
 from agent_gateway import config
-from agent_gateway.channels import identities, nostr, pairing
+from agent_gateway.channels import identities, inbound, nostr, pairing
 from agent_gateway.gateway import Gateway
 from agent_gateway.store.tables import channel_pairings, messages, users
 from agent_gateway.users import service as users_service
@@ -335,6 +335,15 @@ async def test_allowlist_hears_only_linked_keys(deployment: NostrDeployment, peo
     assert await alice.heard_n(deployment.hex, 1) == ["echo: ping"]
     assert await bob.heard(deployment.hex) == []
     assert await count(gateway, channel_pairings) == 0 and await count(gateway, users) == 1
+    # A file message (kind 15) gets one polite reply; it is not a Message.
+    recipient = nostr_sdk.PublicKey.parse(deployment.hex)
+    file_rumor = (
+        nostr_sdk.EventBuilder(nostr_sdk.Kind(15), "https://files.example.org/photo.jpg")
+        .tags([nostr_sdk.Tag.public_key(recipient)]).finalize_unsigned(alice.keys.public_key())
+    )
+    await alice.publish(nostr_sdk.nip59_make_gift_wrap(alice.keys, recipient, file_rumor))
+    assert sorted(await alice.heard_n(deployment.hex, 2)) == sorted(["echo: ping", inbound.ONLY_TEXT])
+    assert [text for d, text in await log_of(gateway, user_id) if d == "inbound"] == ["ping"]
 
 
 async def test_a_gateway_killed_between_storing_and_sending_sends_after_restart_once(  # type: ignore[no-untyped-def]
