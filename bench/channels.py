@@ -21,6 +21,10 @@ Scenarios:
   cost       ``--burst`` outbound Messages written one transaction each, for a User with a
              Matrix conversation, with the channel served (an outbox row each) and without:
              the first's rate as a share of the second's (target >= 90 %).
+  nostr      (not in ``all``; a real nostr-relay from PyPI instead of Synapse) one Message at a
+             time through Nostr (the person's gift-wrapped DM published on the relay, the
+             answer seen on their open subscription there) and through the Public server,
+             in alternating rounds on one gateway, ``--samples`` each: p50/p99 of each.
 """
 
 from __future__ import annotations
@@ -73,22 +77,28 @@ def line(label: str, samples: list[float]) -> str:
 
 @dataclasses.dataclass
 class Bench:
-    homeserver: servers.Homeserver
+    homeserver: servers.Homeserver | None
     folder: Path
     database_url: str
 
     async def gateway(self, **changes: object) -> Gateway:
-        key = self.folder / "signing-key.pem"
-        if not key.exists():
-            keys.write_private(key, keys.generate_pem("ed25519"))
+        assert self.homeserver is not None
         agent, token = self.homeserver.register()
         token_file = self.folder / f"token-{agent[1:8]}"
         token_file.write_text(token)
+        return await self.start(
+            matrix_homeserver=self.homeserver.url, matrix_user_id=agent, matrix_access_token_file=token_file,
+            matrix_policy="open", **changes,
+        )
+
+    async def start(self, **changes: object) -> Gateway:
+        """An in-process gateway with the echo agent, serving what ``changes`` set."""
+        key = self.folder / "signing-key.pem"
+        if not key.exists():
+            keys.write_private(key, keys.generate_pem("ed25519"))
         settings = config.Settings(
             token_ttl_ms=3_600_000, database_url=self.database_url, signing_key_file=key,
             scrypt=config.ScryptCost(log_n=4), handlers=HANDLERS, ops_listen=None,
-            matrix_homeserver=self.homeserver.url, matrix_user_id=agent, matrix_access_token_file=token_file,
-            matrix_policy="open",
         )
         gateway = Gateway(dataclasses.replace(settings, **changes))  # type: ignore[arg-type]
         runtime = EchoRuntime()
@@ -287,8 +297,80 @@ async def cost(bench: Bench, burst: int) -> None:
     print(f"{'outbound writes, with row':<28} {with_channel:9.0f} Messages/s   ({with_channel / without:.0%} of it; target >= 90 %)")
 
 
-async def run(bench: Bench, scenario: str, samples: int, burst: int) -> None:
+async def nostr_roundtrip(bench: Bench, relay: servers.Relay, samples: int) -> None:
+    """Nostr and Public server round trips in alternating rounds, on one gateway (open policy)."""
+    import json
+    import os
+
+    import nostr_sdk
+    from websockets.asyncio.client import connect
+
+    from agent_gateway.channels import nostr
+
+    key_file = bench.folder / "nostr-key"
+    secret, npub = nostr.new_key()
+    key_file.write_text(secret)
+    os.chmod(key_file, 0o600)
+    gateway = await bench.start(nostr_relays=(relay.url,), nostr_key_file=key_file, nostr_policy="open")
+    agent = nostr_sdk.PublicKey.parse(npub)
+    person = nostr_sdk.Keys.generate()
+    try:
+        async def reading() -> bool:  # what is written before the channel first reads is never taken
+            async with gateway.store.read() as conn:
+                return relay.url in (await channel_queries.read_position(conn, "nostr") or "")
+
+        await until(reading, "the channel reading the relay")
+        async with connect(relay.url, max_size=None) as ws:
+            since = int(time.time()) - 3 * 86_400
+            await ws.send(json.dumps(["REQ", "answers", {"kinds": [1059], "#p": [person.public_key().to_hex()], "since": since}]))
+
+            async def round_trip(text: str) -> float:
+                started = time.perf_counter()
+                wrap = nostr_sdk.nip17_make_private_msg(person, agent, text)
+                await ws.send(json.dumps(["EVENT", json.loads(wrap.as_json())]))
+                async with asyncio.timeout(CEILING_S):
+                    async for frame in ws:
+                        message = json.loads(frame)
+                        if message[:2] == ["EVENT", "answers"]:
+                            event = nostr_sdk.Event.from_json(json.dumps(message[2]))
+                            if nostr_sdk.UnwrappedGift.from_gift_wrap(person, event).rumor().content() == f"echo: {text}":
+                                return time.perf_counter() - started
+                raise ConnectionError("the relay closed the connection")
+
+            await round_trip("hello")  # admits the User
+            async with gateway.store.read() as conn:
+                found = await channel_queries.identity(conn, f"nostr:{person.public_key().to_hex()}")
+            assert found is not None
+            async with gateway.store.transaction() as conn:
+                issued = await auth_service.issue_token(conn, found.user_id, ttl_ms=3_600_000)
+            headers = {"Authorization": f"Bearer {issued.token}"}
+            wake = gateway.store.subscribe(messages.channel(found.user_id))
+            nostr_times: list[float] = []
+            public_times: list[float] = []
+            transport = httpx.ASGITransport(app=gateway.public_asgi)
+            async with httpx.AsyncClient(transport=transport, base_url="http://public") as client:
+                for n in range(samples):
+                    nostr_times.append(await round_trip(f"n{n}"))
+                    answered = await stored(gateway, found.user_id, "outbound")
+                    started = time.perf_counter()
+                    sent = await client.post("/messages", json={"text": f"p{n}"}, headers=headers)
+                    assert sent.status_code == 201, sent.text
+                    while await stored(gateway, found.user_id, "outbound") < answered + 1:
+                        await wake.wait(1.0)
+                    public_times.append(time.perf_counter() - started)
+        print(line("round trip, Public server", public_times))
+        print(line("round trip, Nostr", nostr_times))
+        added = statistics.median(nostr_times) - statistics.median(public_times)
+        print(f"{'added by the channel (p50)':<28} {added * 1000:7.1f} ms")
+    finally:
+        await gateway.stop()
+
+
+async def run(bench: Bench, scenario: str, samples: int, burst: int, relay: servers.Relay | None = None) -> None:
     await migrate.upgrade_url(bench.database_url)
+    if scenario == "nostr":
+        assert relay is not None
+        await nostr_roundtrip(bench, relay, samples)
     if scenario in ("roundtrip", "all"):
         await roundtrip(bench, samples)
     if scenario in ("inbound", "all"):
@@ -300,12 +382,16 @@ async def run(bench: Bench, scenario: str, samples: int, burst: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--backend", choices=("sqlite", "postgresql"), default="sqlite")
-    parser.add_argument("--scenario", choices=("roundtrip", "inbound", "cost", "all"), default="all")
+    parser.add_argument("--scenario", choices=("roundtrip", "inbound", "cost", "all", "nostr"), default="all")
     parser.add_argument("--samples", type=int, default=50)
     parser.add_argument("--burst", type=int, default=200)
     options = parser.parse_args()
     with tempfile.TemporaryDirectory() as temporary:
         folder = Path(temporary)
+        if options.scenario == "nostr":
+            with servers.relay(folder / "relay") as relay, harness.database(options.backend, folder) as url:
+                asyncio.run(run(Bench(None, folder, url), options.scenario, options.samples, options.burst, relay))
+            return
         with servers.synapse(folder / "synapse") as homeserver, harness.database(options.backend, folder) as url:
             asyncio.run(run(Bench(homeserver, folder, url), options.scenario, options.samples, options.burst))
 

@@ -1,7 +1,6 @@
 """Real servers for the tests, installed from PyPI into cached virtual environments of their own.
 
-The pattern (the Matrix homeserver and the transparency witness here; the Nostr relay
-later): :class:`Package` names a server and its pinned requirements;
+The pattern (the Matrix homeserver, the transparency witness and the Nostr relay here): :class:`Package` names a server and its pinned requirements;
 :func:`install` puts them into ``~/.cache/agent-gateway-tests/<name>-<version>/``
 once per machine (never into the project's ``.venv``, whose dependencies they
 would fight), under a file lock, since pytest-xdist workers race for it, and
@@ -72,7 +71,9 @@ class Package:
 SYNAPSE = Package("matrix-synapse", "1.163.2", ("matrix-synapse==1.163.2",))
 # The witness and the offline verifier beside it (one environment): both need Python 3.12 or newer.
 WITNESS = Package("aics-witness", "0.1.0", ("aics-witness==0.1.0", "aics-tlog==0.2.1"), python_at_least=(3, 12))
-PACKAGES = {"synapse": SYNAPSE, "witness": WITNESS}
+# A Nostr relay in pure Python (Dave St.Germain's nostr-relay), run by uvicorn.
+RELAY = Package("nostr-relay", "1.14", ("nostr-relay==1.14",))
+PACKAGES = {"synapse": SYNAPSE, "witness": WITNESS, "relay": RELAY}
 
 
 def install(package: Package) -> Path:
@@ -389,6 +390,87 @@ def witness(folder: Path, name: str, log_level: str = "INFO") -> Iterator[Witnes
     said = _witness_command(folder, "init", "--name", name, "--listen", f"127.0.0.1:{port}")
     vkey = said.strip().splitlines()[-1]
     server = Witness(f"http://127.0.0.1:{port}", vkey, folder, _serve_witness(folder, port, log_level), port, log_level)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+# --- The Nostr relay (nostr-relay) --------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Relay:
+    """A running nostr-relay: its websocket URL; :meth:`stop` and :meth:`start` keep its port and events."""
+
+    url: str
+    folder: Path
+    running: Running
+
+    def stop(self) -> None:
+        self.running.stop()
+
+    def start(self) -> None:
+        self.running = _serve_relay(self.folder, self.url)
+
+
+def _relay_config(folder: Path, port: int) -> str:
+    """SQLite storage in ``folder``; events up to a year old are taken (gift wraps are dated up to
+    two days back), signatures checked, no authentication, no rate limit; uvicorn (the gunicorn
+    table's keys are its options) closes open websockets within a second of SIGTERM."""
+    return f"""
+DEBUG: false
+relay_name: agent-gateway tests
+storage:
+  sqlalchemy.url: sqlite+aiosqlite:///{folder / 'relay.sqlite3'}
+  num_concurrent_reqs: 10
+  num_concurrent_adds: 2
+  validators:
+    - nostr_relay.validators.is_not_too_large
+    - nostr_relay.validators.is_signed
+    - nostr_relay.validators.is_recent
+oldest_event: 31536000
+gunicorn:
+  bind: 127.0.0.1:{port}
+  workers: 1
+  loglevel: warning
+  reload: false
+  timeout_graceful_shutdown: 1
+verification:
+  nip05_verification: disabled
+authentication:
+  enabled: false
+message_timeout: 1800
+subscription_limit: 64
+max_limit: 6000
+"""
+
+
+def _serve_relay(folder: Path, url: str) -> Running:
+    http = url.replace("ws://", "http://", 1)
+
+    def answers() -> bool:
+        try:  # NIP-11: the relay's information document
+            return httpx.get(http, headers={"Accept": "application/nostr+json"}, timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    return start(
+        [str(RELAY.python), "-c", "from nostr_relay.cli import main; main()", "-c", str(folder / "relay.yaml"),
+         "serve", "--use-uvicorn"],
+        folder=folder, answers=answers, what="nostr-relay",
+    )
+
+
+@contextlib.contextmanager
+def relay(folder: Path) -> Iterator[Relay]:
+    """A nostr-relay of its own in ``folder`` on a free loopback port, stopped when the block ends.
+    Raises :class:`CannotInstall` when it cannot be installed."""
+    install(RELAY)
+    folder.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    (folder / "relay.yaml").write_text(_relay_config(folder, port))
+    server = Relay(f"ws://127.0.0.1:{port}", folder, _serve_relay(folder, f"ws://127.0.0.1:{port}"))
     try:
         yield server
     finally:

@@ -197,6 +197,10 @@ class Settings:
     matrix_user_id: str | None = None
     matrix_access_token_file: Path | None = None
     matrix_policy: str = "pairing"
+    # Nostr ([channels.nostr]): its secret key is read from its file by the channel when it starts.
+    nostr_relays: tuple[str, ...] = ()
+    nostr_key_file: Path | None = None
+    nostr_policy: str = "pairing"
     # Authentication schemes of the Public server, in registration order (auth/schemes.py).
     auth_schemes: tuple[str, ...] = ("password",)
     # The Public server's URL as its clients send it (behind a proxy): the NIP-98 scheme's signed URL.
@@ -205,7 +209,8 @@ class Settings:
     @property
     def channels(self) -> frozenset[str]:
         """The chat channels this deployment serves."""
-        return frozenset({"matrix"}) if self.matrix_homeserver is not None else frozenset()
+        served = {"matrix": self.matrix_homeserver is not None, "nostr": bool(self.nostr_relays)}
+        return frozenset(name for name, on in served.items() if on)
 
     @property
     def access_log(self) -> bool:
@@ -524,6 +529,41 @@ def matrix_user_id(value: Any) -> str:
     return value
 
 
+def _relay_url(value: Any) -> str:
+    """A Nostr relay's websocket URL: wss://, or ws:// to a loopback host (nothing else can read it)."""
+    if not isinstance(value, str) or any(c.isspace() for c in value):
+        raise ValueError(f"{value!r} is not a relay URL")
+    try:
+        parts = urllib.parse.urlsplit(value)
+        parts.port  # a port that is not a number raises here
+    except ValueError:
+        raise ValueError(f"{value!r} is not a relay URL") from None
+    if parts.scheme not in ("ws", "wss") or not parts.hostname or parts.username is not None:
+        raise ValueError(f"{value!r} must be a wss:// URL (ws:// for a relay on this host), without credentials")
+    if parts.scheme == "ws" and not _loopback_host(parts.hostname):
+        raise ValueError(f"{value!r}: ws:// (unencrypted) is allowed only for a loopback host; use wss://")
+    return value
+
+
+def _loopback_host(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def nostr_relays(value: Any) -> tuple[str, ...]:
+    """A non-empty list of distinct relay URLs; raises ValueError."""
+    urls = _list(_relay_url)(value)
+    if not urls:
+        raise ValueError("must list at least one relay")
+    if len({url.rstrip("/") for url in urls}) < len(urls):
+        raise ValueError("lists a relay twice")
+    return urls
+
+
 AUTH_SCHEMES = ("password", "nostr")
 
 
@@ -748,6 +788,19 @@ _KEYS = (
          default='`"pairing"`',
          doc='what a message from a Matrix user linked to no User does: `"pairing"` (one reply with a code '
              'for the operator to approve), `"allowlist"` (nothing) or `"open"` (a new User is admitted)'),
+    _Key(("channels", "nostr", "relays"), "nostr_relays", nostr_relays,
+         default='—',
+         doc='the relays the agent reads its direct messages on and publishes on (`["wss://relay.example.org"]`; '
+             '`ws://` only for a loopback host); setting it serves the Nostr channel (see '
+             '[Chat channels](/operate/channels.md)); needs `pip install \'agent-gateway[nostr]\'`'),
+    _Key(("channels", "nostr", "key_file"), "nostr_key_file", _str, is_path=True,
+         default='—',
+         doc="the file holding the agent's Nostr secret key (64 hex characters or `nsec1…`), mode 0600; the key "
+             "is never logged nor stored in the database"),
+    _Key(("channels", "nostr", "policy"), "nostr_policy", _channel_policy,
+         default='`"pairing"`',
+         doc='what a direct message from a Nostr key linked to no User does: `"pairing"`, `"allowlist"` or '
+             '`"open"`, as for Matrix'),
 )
 
 
@@ -849,6 +902,7 @@ def load(
     if "webhooks" in values:
         values["webhooks"] = tuple(_webhook_endpoint(table, base, environ) for table in values["webhooks"])
     _check_matrix(values)
+    _check_nostr(values)
     _check_quorum(values)
     _check_schemes(values)
     return Settings(scrypt=ScryptCost(**scrypt), **values)
@@ -861,6 +915,18 @@ def _check_matrix(values: Mapping[str, Any]) -> None:
     if given and len(given) < len(needed):
         missing = ", ".join(f"channels.matrix.{name}" for key, name in needed.items() if key not in values)
         raise SettingsError(f"{missing}: required to serve the Matrix channel (with homeserver, user_id and access_token_file)")
+
+
+def _check_nostr(values: Mapping[str, Any]) -> None:
+    """The Nostr channel is served with its relays and key file, and its library (an optional extra)."""
+    given = [key for key in ("nostr_relays", "nostr_key_file", "nostr_policy") if key in values]
+    if not given:
+        return
+    for key, name in (("nostr_relays", "relays"), ("nostr_key_file", "key_file")):
+        if key not in values:
+            raise SettingsError(f"channels.nostr.{name}: required to serve the Nostr channel (with relays and key_file)")
+    if importlib.util.find_spec("nostr_sdk") is None:
+        raise SettingsError("channels.nostr: the Nostr channel needs the nostr extra: pip install 'agent-gateway[nostr]'")
 
 
 def _check_quorum(values: Mapping[str, Any]) -> None:

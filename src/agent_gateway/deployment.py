@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
 import re
 import secrets
@@ -21,6 +22,7 @@ from agent_gateway.users import service as users_service
 CONFIG_NAME = "gateway.toml"
 KEY_NAME = "signing-key.pem"
 MATRIX_TOKEN_NAME = "matrix-token"
+NOSTR_KEY_NAME = "nostr-key"
 WORKSPACE_NAME = "workspace"
 INSTRUCTIONS_NAME = "instructions.md"
 
@@ -149,18 +151,24 @@ How you work:
 """
 
 
-def write(directory: Path, agent: LLMAgent | None = None, matrix: MatrixAccount | None = None) -> list[Path]:
+def write(
+    directory: Path, agent: LLMAgent | None = None, matrix: MatrixAccount | None = None,
+    nostr: NostrAccount | None = None,
+) -> list[Path]:
     """Create ``directory`` with a config and a fresh Ed25519 key; refuse to overwrite either.
 
     The config runs the demo echo agent, or the reference LLM agent ``agent`` with an
     instructions file in its Workspace; with ``matrix``, it serves the Matrix channel on that
-    account, whose access token goes to a file of its own (mode 0600)."""
+    account, whose access token goes to a file of its own (mode 0600); with ``nostr``, the Nostr
+    channel on those relays, with a fresh secret key in a file of its own (mode 0600)."""
     directory.mkdir(parents=True, exist_ok=True)
     config, key = directory / CONFIG_NAME, directory / KEY_NAME
     instructions = directory / WORKSPACE_NAME / INSTRUCTIONS_NAME
     written = [config, key] if agent is None else [config, key, instructions]
     if matrix is not None:
         written.append(directory / MATRIX_TOKEN_NAME)
+    if nostr is not None:
+        written.append(directory / NOSTR_KEY_NAME)
     for path in written:
         if path.exists():
             raise FileExistsError(0, "exists", str(path))
@@ -169,6 +177,9 @@ def write(directory: Path, agent: LLMAgent | None = None, matrix: MatrixAccount 
     if matrix is not None:
         keys.write_private(directory / MATRIX_TOKEN_NAME, matrix.token.encode() + b"\n")
         runtime += matrix.table()
+    if nostr is not None:
+        keys.write_private(directory / NOSTR_KEY_NAME, nostr.secret_key.encode() + b"\n")
+        runtime += nostr.table()
     with open(config, "x", encoding="utf-8") as file:
         file.write(CONFIG_TEMPLATE + runtime)
     if agent is not None:
@@ -204,6 +215,39 @@ class MatrixAccount:
             f"homeserver = {json.dumps(config_parsers.homeserver_url(self.homeserver))}\n"
             f"user_id = {json.dumps(self.user_id)}\n"
             f'access_token_file = "{MATRIX_TOKEN_NAME}"\n'
+            '# pairing (a stranger gets a code for you to approve), allowlist or open.\n'
+            'policy = "pairing"\n'
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class NostrAccount:
+    """``init --nostr-relay``: the relays of the Nostr channel and the agent's new key (nostr-sdk's)."""
+
+    relays: tuple[str, ...]
+    secret_key: str = dataclasses.field(repr=False)
+    npub: str
+
+    @classmethod
+    def new(cls, relays: tuple[str, ...]) -> NostrAccount:
+        """A fresh key for ``relays``; raises ValueError naming a bad relay URL."""
+        try:
+            config_parsers.nostr_relays(list(relays))
+        except ValueError as exc:
+            raise ValueError(f"--nostr-relay: {exc}") from None
+        if importlib.util.find_spec("nostr_sdk") is None:
+            raise ValueError("--nostr-relay needs the nostr extra: pip install 'agent-gateway[nostr]'")
+        from agent_gateway.channels import nostr  # nostr-sdk is an optional extra
+
+        secret, npub = nostr.new_key()
+        return cls(relays, secret, npub)
+
+    def table(self) -> str:
+        return (
+            "\n[channels.nostr]\n"
+            "# People talk to the agent in Nostr direct messages (see the docs' Chat channels page).\n"
+            f"relays = {json.dumps(list(self.relays))}\n"
+            f'key_file = "{NOSTR_KEY_NAME}"  # the agent\'s secret key: keep it to yourself\n'
             '# pairing (a stranger gets a code for you to approve), allowlist or open.\n'
             'policy = "pairing"\n'
         )

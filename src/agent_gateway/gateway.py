@@ -71,6 +71,10 @@ def channel_runners(store: Store, settings: Settings) -> list[Runner]:
         from agent_gateway.channels import matrix
 
         runners.append(Runner(store, matrix.Matrix(store, settings)))
+    if "nostr" in settings.channels:
+        from agent_gateway.channels import nostr
+
+        runners.append(Runner(store, nostr.Nostr(store, settings)))
     return runners
 
 

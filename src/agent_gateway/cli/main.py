@@ -124,20 +124,35 @@ def init(
             help="read the account's access token from stdin instead of a hidden prompt (written to DIR/matrix-token, mode 0600)",
         ),
     ] = False,
+    nostr_relay: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--nostr-relay",
+            help="serve the Nostr channel on this relay (wss://, or ws:// on this host; repeat for several): "
+            "a new secret key goes to DIR/nostr-key (mode 0600) and its npub is printed",
+        ),
+    ] = None,
 ) -> None:
     """Write a commented gateway.toml with working defaults and a fresh Ed25519 signing key.
 
     With --agent llm, the agent is the reference LLM agent on --model, with an instructions file
     in its Workspace (DIR/workspace/instructions.md) to edit. With --matrix-homeserver and
-    --matrix-user, people talk to it from Matrix too (see the Chat channels page)."""
+    --matrix-user, people talk to it from Matrix too; with --nostr-relay, in Nostr direct
+    messages (see the Chat channels page)."""
     llm = _llm_agent(agent, model, base_url, api_key_env)
     matrix = _matrix_account(matrix_homeserver, matrix_user, matrix_token_stdin)
     try:
-        written = deployment.write(directory, llm, matrix)
+        nostr = deployment.NostrAccount.new(tuple(nostr_relay)) if nostr_relay else None
+    except ValueError as exc:
+        raise fail(str(exc)) from None
+    try:
+        written = deployment.write(directory, llm, matrix, nostr)
     except FileExistsError as exc:
         raise fail(f"{exc.filename} exists; init never overwrites") from None
     for path in written:
         typer.echo(f"wrote {path}")
+    if nostr is not None:
+        typer.echo(f"the agent's Nostr public key: {nostr.npub}")
     if llm is not None:
         typer.echo(llm_instructions(llm))
     config_file = directory / deployment.CONFIG_NAME
