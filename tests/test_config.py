@@ -103,6 +103,7 @@ OVERRIDES = [
     ("AGENT_GATEWAY_SIGNING_KEY", "-----BEGIN PRIVATE KEY-----", "signing_key_pem", "-----BEGIN PRIVATE KEY-----"),
     ("AGENT_GATEWAY_SIGNING_ALGORITHM", "PS256", "signing_algorithm", "PS256"),
     ("AGENT_GATEWAY_AUTH_TOKEN_TTL_MS", "777", "token_ttl_ms", 777),
+    ("AGENT_GATEWAY_DATABASE_BUSY_TIMEOUT_MS", "0", "database_busy_timeout_ms", 0),
     ("AGENT_GATEWAY_AUTH_SCRYPT_LOGN", "20", "scrypt.log_n", 20),
     ("AGENT_GATEWAY_AUTH_SCRYPT_BLOCKSIZE", "16", "scrypt.block_size", 16),
     ("AGENT_GATEWAY_AUTH_SCRYPT_PARALLELISM", "3", "scrypt.parallelism", 3),
@@ -212,6 +213,11 @@ def test_token_ttl_is_required(tmp_path: Path) -> None:
 @pytest.mark.parametrize("value", ["0", "-1", "1.5", '"abc"', "true", '""', "[1]", "2026-01-01"])
 def test_bad_token_ttl(tmp_path: Path, value: str) -> None:
     assert "auth.token_ttl_ms" in refused(tmp_path, f"[auth]\ntoken_ttl_ms = {value}\n")
+
+
+@pytest.mark.parametrize("value", ["-1", "1.5", '"abc"', "300001"])
+def test_bad_busy_timeout(tmp_path: Path, value: str) -> None:
+    assert "database.busy_timeout_ms" in refused(tmp_path, f"[database]\nbusy_timeout_ms = {value}\n")
 
 
 @pytest.mark.parametrize("value", ["0", "-5", "abc", "1.5", "", "1e3"])

@@ -43,6 +43,8 @@ RUNTIME_MODES = ("per-run", "persistent")
 SANDBOX_MODES = ("auto", "bubblewrap", "none")
 # A stream re-checks its Token at least every 10 s (issue 13).
 MAX_STREAM_AUTH_CHECK_MS = 10_000
+# A request waits for SQLite's write lock at most five minutes, whatever the setting says.
+MAX_BUSY_TIMEOUT_MS = 300_000
 # What a [[webhooks]] endpoint can subscribe to; the names are the payloads' "type" too.
 WEBHOOK_EVENTS = (
     "run.ended", "signal.failed", "message.outbound", "message.inbound", "decision.published", "schedule.fired",
@@ -135,6 +137,7 @@ class Witness:
 class Settings:
     token_ttl_ms: int
     database_url: str = "sqlite:///gateway.db"
+    database_busy_timeout_ms: int = 30_000
     public_listen: Address = Address("127.0.0.1", 8700)
     agent_listen: Address = Address("127.0.0.1", 8701)
     signing_key_file: Path | None = None
@@ -611,6 +614,10 @@ _KEYS = (
     _Key(("database", "url"), "database_url", _database_url,
          default='`sqlite:///gateway.db`',
          doc='`sqlite:///relative/or/absolute.db` (embedded, WAL) or `postgresql://user[:password]@host:5432/db`'),
+    _Key(("database", "busy_timeout_ms"), "database_busy_timeout_ms", lambda v: _int(v, minimum=0, maximum=MAX_BUSY_TIMEOUT_MS),
+         default="`30000`",
+         doc="SQLite only: how long a write waits for another process's write lock (a CLI command's, a backup's) "
+             "before its request answers 503 (retry)"),
     _Key(("public", "listen"), "public_listen", _address,
          default='`127.0.0.1:8700`',
          doc='Public server address, `host:port` (`[::1]:8700` for IPv6)'),

@@ -98,7 +98,7 @@ class Gateway:
             setup = signal_handlers.import_setup(settings.signals_setup)
         # Loaded once; the gateway refuses to start without a usable signing key.
         self.identity = SigningIdentity.from_settings(settings)
-        self.store = Store(settings.database_url)
+        self.store = Store(settings.database_url, busy_timeout_s=settings.database_busy_timeout_ms / 1000)
         # Every writer of an event records its deliveries for these endpoints (webhooks.outbox).
         self.store.webhook_urls = webhook_urls(settings)
         # Every writer of an outbound Message records its channel deliveries (channels.outbox).

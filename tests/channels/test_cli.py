@@ -10,7 +10,6 @@ from pathlib import Path
 
 import orjson
 import pytest
-import sqlalchemy as sa
 
 from agent_gateway.channels import inbound
 from agent_gateway.store.engine import Store

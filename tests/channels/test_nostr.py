@@ -20,7 +20,6 @@ from pathlib import Path
 import httpx
 import nostr_sdk
 import pytest
-import sqlalchemy as sa
 from websockets.asyncio.client import connect
 
 from agent_gateway import config

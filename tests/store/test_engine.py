@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import signal
 import sqlite3
 import subprocess
@@ -20,9 +21,10 @@ from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from agent_gateway import clock, deployment
+from agent_gateway import clock, config, deployment
+from agent_gateway.gateway import Gateway
 from agent_gateway.signals import service as signals
-from agent_gateway.store import direct, engine, migrate, sqlite, tables, wal
+from agent_gateway.store import direct, engine, migrate, tables, wal
 from agent_gateway.store.engine import Store
 from tests import served
 
@@ -354,9 +356,8 @@ async def test_a_sqlite_writer_waits_for_another_processs_lock_without_holding_u
         await other.close()
 
 
-async def test_a_sqlite_writer_gives_up_after_the_busy_timeout(sqlite_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sqlite, "BUSY_TIMEOUT_S", 0.2)
-    store, other = Store(sqlite_url), Store(sqlite_url)
+async def test_a_sqlite_writer_gives_up_after_the_busy_timeout(sqlite_url: str) -> None:
+    store, other = Store(sqlite_url, busy_timeout_s=0.2), Store(sqlite_url)
     try:
         async with other.transaction():
             # BEGIN goes straight to the driver, so its error is the driver's.
@@ -371,16 +372,23 @@ async def test_a_sqlite_writer_gives_up_after_the_busy_timeout(sqlite_url: str, 
 
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 async def test_a_write_finding_sqlite_locked_past_the_timeout_is_a_503_and_reads_go_on(
-    database_url: str, agent: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+    database_url: str, settings: config.Settings
 ) -> None:
-    monkeypatch.setattr(sqlite, "BUSY_TIMEOUT_S", 0.2)
+    gateway = Gateway(dataclasses.replace(settings, database_busy_timeout_ms=200))
+    await gateway.start(migrate_first=False)
     other = Store(database_url)  # another process holding the write lock
     try:
-        async with other.transaction():
-            refused = await agent.post("/decisions", json={"statement": "s"})
-            read = await agent.get("/decisions")
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=gateway.agent_asgi), base_url="http://agent") as agent:
+            async with other.transaction():
+                refused = await agent.post("/decisions", json={"statement": "s"})
+                read = await agent.get("/decisions")
+            await check_after(agent, refused, read)
     finally:
         await other.close()
+        await gateway.stop()
+
+
+async def check_after(agent: httpx.AsyncClient, refused: httpx.Response, read: httpx.Response) -> None:
     assert refused.status_code == 503
     assert refused.json()["statusCode"] == 503
     assert read.status_code == 200

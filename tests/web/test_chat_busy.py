@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import shutil
 import sqlite3
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 from playwright.sync_api import expect
 
-from tests.web.conftest import Deployment, Watched, log_in, messages, send
+from tests.web.conftest import Deployment, Watched, init, log_in, messages, send
 
 pytestmark = pytest.mark.e2e
 
@@ -26,6 +27,17 @@ def database_url(sqlite_template: Path, tmp_path: Path) -> str:
     path = tmp_path / "gateway.db"
     shutil.copyfile(sqlite_template, path)
     return f"sqlite:///{path}"
+
+
+@pytest.fixture
+def deployment(tmp_path: Path, database_url: str) -> Iterator[Deployment]:
+    # Each write gives up on the lock after 2 s instead of 30: three attempts are what is tested.
+    directory = tmp_path / "demo"
+    deployment = Deployment(directory, init(directory, database_url, AGENT_GATEWAY_DATABASE_BUSY_TIMEOUT_MS="2000"))
+    try:
+        yield deployment
+    finally:
+        deployment.gateway.stop()
 
 
 def test_a_message_the_gateway_could_not_record_is_kept_to_send_again(

@@ -59,8 +59,11 @@ def libpq_dsn(url: str) -> str:
     return re.sub(r"^postgres(ql)?(\+\w+)?://", "postgresql://", url)
 
 
-def create_engine(url: str, *, checkpointer: wal.Checkpointer | None = None) -> AsyncEngine:
-    """The engine of ``url``; on SQLite with ``checkpointer``, its commits leave WAL checkpoints to that."""
+def create_engine(
+    url: str, *, checkpointer: wal.Checkpointer | None = None, busy_timeout_s: float = sqlite.BUSY_TIMEOUT_S
+) -> AsyncEngine:
+    """The engine of ``url``; on SQLite with ``checkpointer``, its commits leave WAL checkpoints to that,
+    and a statement waits at most ``busy_timeout_s`` for another process's write lock."""
     options: dict[str, object] = {}
     if url.startswith("sqlite"):
         database = sa.make_url(url).database or ":memory:"
@@ -69,6 +72,7 @@ def create_engine(url: str, *, checkpointer: wal.Checkpointer | None = None) -> 
             database,
             pragmas=SQLITE_PRAGMAS if checkpointer is None else (*SQLITE_PRAGMAS, wal.PRAGMA),
             committed=None if checkpointer is None else checkpointer.committed,
+            busy_timeout_s=busy_timeout_s,
         )
         if database != ":memory:":  # an in-memory database is one connection, or each would see its own
             options["pool_size"] = SQLITE_POOL_SIZE
@@ -166,13 +170,13 @@ def channels(conn: AsyncConnection) -> frozenset[str]:
 class Store:
     """The gateway's database."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, busy_timeout_s: float = sqlite.BUSY_TIMEOUT_S) -> None:
         self.url = url
         database = sa.make_url(async_url(url)).database
         on_disk = url.startswith("sqlite") and database and database != ":memory:"
         # Checkpoints off the event loop, not inside the commits of requests (store.wal).
         self._checkpointer = wal.Checkpointer(database) if on_disk else None
-        self.engine = create_engine(url, checkpointer=self._checkpointer)
+        self.engine = create_engine(url, checkpointer=self._checkpointer, busy_timeout_s=busy_timeout_s)
         # Execution options set once here: setting them per connection costs every request.
         if self.dialect == "postgresql":
             self._reader = self.engine.execution_options(isolation_level="AUTOCOMMIT")

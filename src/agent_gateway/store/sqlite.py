@@ -9,8 +9,8 @@ in microseconds. These connections answer the same calls at once instead.
 
 The one thing that could hold the loop up is waiting for another process's
 write lock, so connections have no busy timeout: a statement that finds the
-database locked is tried again after an asyncio sleep, until
-``BUSY_TIMEOUT_S`` has passed. In WAL mode with ``synchronous=NORMAL`` a
+database locked is tried again after an asyncio sleep, until its busy
+timeout has passed (``database.busy_timeout_ms``; :data:`BUSY_TIMEOUT_S` by default). In WAL mode with ``synchronous=NORMAL`` a
 commit does not wait for the disk; only a checkpoint does, and the Store's
 connections leave those to a thread (``store.wal``).
 """
@@ -31,7 +31,11 @@ T = TypeVar("T")
 
 
 async def connect(
-    database: str, *, pragmas: Sequence[str] = (), committed: Callable[[], None] | None = None
+    database: str,
+    *,
+    pragmas: Sequence[str] = (),
+    committed: Callable[[], None] | None = None,
+    busy_timeout_s: float = BUSY_TIMEOUT_S,
 ) -> Connection:
     """Open ``database`` with no implicit transactions; ``pragmas`` run first, in order.
 
@@ -40,14 +44,14 @@ async def connect(
     connection = sqlite3.connect(database, timeout=0, isolation_level=None, check_same_thread=False)
     try:
         for pragma in pragmas:
-            await _unlocked(lambda: connection.execute(f"PRAGMA {pragma}"))
+            await _unlocked(lambda: connection.execute(f"PRAGMA {pragma}"), busy_timeout_s)
     except BaseException:
         connection.close()
         raise
-    return Connection(connection, committed)
+    return Connection(connection, committed, busy_timeout_s)
 
 
-async def _unlocked(call: Callable[[], T]) -> T:
+async def _unlocked(call: Callable[[], T], busy_timeout_s: float) -> T:
     """``call()``, tried again while it finds the database locked by another connection."""
     delay = _BUSY_FIRST_S
     deadline: float | None = None
@@ -58,7 +62,7 @@ async def _unlocked(call: Callable[[], T]) -> T:
             if exc.sqlite_errorcode & 0xFF != sqlite3.SQLITE_BUSY:
                 raise
             now = asyncio.get_running_loop().time()
-            deadline = deadline or now + BUSY_TIMEOUT_S
+            deadline = deadline or now + busy_timeout_s
             if now >= deadline:
                 raise
         await asyncio.sleep(delay)
@@ -68,9 +72,12 @@ async def _unlocked(call: Callable[[], T]) -> T:
 class Connection:
     """What SQLAlchemy's aiosqlite adapter expects of a connection."""
 
-    def __init__(self, connection: sqlite3.Connection, committed: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self, connection: sqlite3.Connection, committed: Callable[[], None] | None = None, busy_timeout_s: float = BUSY_TIMEOUT_S
+    ) -> None:
         self._connection = connection
         self._committed = committed
+        self._busy_timeout_s = busy_timeout_s
         self._changes = 0
 
     @property
@@ -78,15 +85,15 @@ class Connection:
         return self._connection.isolation_level
 
     def cursor(self) -> Cursor:
-        return Cursor(self._connection.cursor())
+        return Cursor(self._connection.cursor(), self._busy_timeout_s)
 
     async def begin(self, *, immediate: bool) -> None:
         """Open a transaction; an ``immediate`` one takes the write lock now."""
-        await _unlocked(lambda: self._connection.execute("BEGIN IMMEDIATE" if immediate else "BEGIN"))
+        await _unlocked(lambda: self._connection.execute("BEGIN IMMEDIATE" if immediate else "BEGIN"), self._busy_timeout_s)
         self._changes = self._connection.total_changes
 
     async def commit(self) -> None:
-        await _unlocked(self._connection.commit)
+        await _unlocked(self._connection.commit, self._busy_timeout_s)
         if self._committed is not None and self._connection.total_changes != self._changes:
             self._committed()
 
@@ -106,8 +113,9 @@ class Connection:
 class Cursor:
     """What SQLAlchemy's aiosqlite adapter expects of a cursor."""
 
-    def __init__(self, cursor: sqlite3.Cursor) -> None:
+    def __init__(self, cursor: sqlite3.Cursor, busy_timeout_s: float = BUSY_TIMEOUT_S) -> None:
         self._cursor = cursor
+        self._busy_timeout_s = busy_timeout_s
 
     async def __aenter__(self) -> Cursor:
         return self
@@ -136,11 +144,11 @@ class Cursor:
         self._cursor.arraysize = value
 
     async def execute(self, sql: str, parameters: Any = ()) -> Cursor:
-        await _unlocked(lambda: self._cursor.execute(sql, parameters))
+        await _unlocked(lambda: self._cursor.execute(sql, parameters), self._busy_timeout_s)
         return self
 
     async def executemany(self, sql: str, parameters: Any) -> Cursor:
-        await _unlocked(lambda: self._cursor.executemany(sql, parameters))
+        await _unlocked(lambda: self._cursor.executemany(sql, parameters), self._busy_timeout_s)
         return self
 
     async def fetchone(self) -> Any:
