@@ -1,5 +1,5 @@
-"""The witness collector against real witnesses (aics-witness from PyPI, tests/servers.py): quorum,
-a witness down and back, a witness with another key for the log, a restart, a 409 resync, and two
+"""The witness collector against real witnesses (aics-witness from PyPI, tests/servers.py): woken
+by a publish in another process, quorum, a witness down and back, a witness with another key for the log, a restart, a 409 resync, and two
 processes on PostgreSQL with one collector."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from agent_gateway.ops import metrics
 from agent_gateway.signatures import keys
 from agent_gateway.signatures.identity import SigningIdentity
 from agent_gateway.store.tables import witness_cosignatures
-from agent_gateway.transparency import note, proof, service, witness
+from agent_gateway.transparency import collector, note, proof, service, witness
 from tests import servers
 from tests.transparency.test_routes import publish
 
@@ -151,6 +151,29 @@ async def test_a_quorum_of_real_witnesses_cosigns_and_the_note_verifies(
     for listed in witnesses[:2]:
         name = witness.WitnessKey.parse(listed.vkey).name
         assert metrics.witness_cosigned_size.labels(name)._value.get() == 7  # type: ignore[attr-defined]
+
+
+async def test_a_publish_in_another_process_wakes_the_collector_and_many_are_coalesced(
+    settings: config.Settings, witnesses: list[servers.Witness], origin: str, running: Callable,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Unwoken, the collector would look again only after an hour: far past the ceiling of the waits.
+    monkeypatch.setattr(collector, "SWEEP_S", 3600.0)
+    settings = trusted_by(settings, origin, witnesses[:2])
+    leader = await running(settings)
+    async with client(leader) as agent:
+        await publish(agent, 1)
+    await witnessed_at(leader, 1, "witnessed at 1")  # the collector now waits for the next publish
+    # Another process that serves the API only (on SQLite, as serve's HTTP workers are).
+    api = await running(settings, frozenset({"api"}))
+    async with client(api) as agent:
+        await publish(agent, 1)
+        await witnessed_at(leader, 2, "woken by the other process's publish")
+        await asyncio.gather(*(publish(agent, 1) for _ in range(40)))
+    await witnessed_at(leader, 42, "witnessed at 42")
+    # Coalesced: far fewer cosigned tree sizes than Decisions.
+    for listed in witnesses[:2]:
+        assert len(await cosigned_by(leader, listed)) < 42
 
 
 async def test_a_witness_down_delays_only_itself_and_catches_up_on_its_return(
