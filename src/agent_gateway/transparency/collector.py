@@ -7,7 +7,7 @@ across processes through the store's notifications); it also looks every :data:`
 wake-up lost while the database restarted. Each pass signs the checkpoint of the tree as it is
 then, so that however many Decisions were published since the last pass, a witness gets one
 request, and passes are at least :data:`MIN_PASS_INTERVAL_S` apart: under load, Decisions are
-coalesced into a few requests a second whatever the publish rate. A witness's state (the size it
+coalesced into one request a second to each witness whatever the publish rate. A witness's state (the size it
 last cosigned, from the table at start, corrected by its 409 answers) is this process's; a new
 leader reads it again.
 
@@ -38,9 +38,10 @@ logger = logging.getLogger(__name__)
 
 # How often the leader looks for a grown tree without a wake-up: the correctness fallback only.
 SWEEP_S = 5.0
-# The least time from a pass's start to the next one's: at most this many witness requests a
-# second under load, at the cost of at most this much latency to a publish that comes during a pass.
-MIN_PASS_INTERVAL_S = 0.25
+# The least time from a pass's start to the next one's: under load, at most one request a second
+# to each witness (each pass competes with the requests for the CPU and, on SQLite, the write
+# lock), at the cost of up to this much latency to a publish that comes during a pass.
+MIN_PASS_INTERVAL_S = 1.0
 FIRST_RETRY_S = 1.0
 MAX_RETRY_S = 60.0
 REQUEST_TIMEOUT_S = 10.0
