@@ -109,6 +109,8 @@ class Gateway:
         self.checkpoints = transparency_service.Checkpoints(self.store, signer)
         # Read at start, so that a witness the signing key cannot have stops the gateway in one line.
         self.witnesses = transparency_service.witnesses(settings, self.identity)
+        # Every publish wakes the witness collector, in whichever process leads it.
+        self.store.decisions_watched = bool(self.witnesses)
         self.witnessed = transparency_service.Witnessed(
             self.store, signer, self.witnesses, transparency_service.quorum(settings)
         )

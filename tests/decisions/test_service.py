@@ -12,7 +12,9 @@ from agent_gateway.decisions import service
 from agent_gateway.signatures import keys
 from agent_gateway.signatures.identity import AlgorithmMismatch, SigningIdentity
 from agent_gateway.store.engine import Store
+from agent_gateway.store.queries import decisions as decisions_queries
 from agent_gateway.store.window import Window
+from agent_gateway.webhooks import outbox
 
 from tests.signatures.helpers import segments
 
@@ -130,3 +132,40 @@ async def test_a_publisher_refuses_an_empty_statement_alone(store: Store) -> Non
     outcomes = await asyncio.gather(*(publisher.publish(s) for s in ("a", "", "b")), return_exceptions=True)
     assert isinstance(outcomes[1], errors.InvalidInput)
     assert [d.statement for d in await service.read(store, Window(after=0))] == ["a", "b"]
+
+
+# A ceiling for a wake-up from another process, never a duration.
+WAKE_CEILING_S = 120.0
+
+
+@pytest.mark.parametrize("delivering", [False, True], ids=["alone", "with-a-webhook-delivery"])
+async def test_a_publish_wakes_the_log_watcher_only_when_watched_and_in_another_process_too(
+    store: Store, database_url: str, delivering: bool
+) -> None:
+    other = Store(database_url)  # another process's, listening as the one that runs the loops does
+    probe = other.subscribe("probe")
+    other.listen()
+    if other.dialect == "postgresql":
+        # Connected, the listener wakes every channel once: subscribe only after that one.
+        async with asyncio.timeout(WAKE_CEILING_S):
+            await probe.wait(None)
+    here, there = store.subscribe(decisions_queries.CHANNEL), other.subscribe(decisions_queries.CHANNEL)
+    deliverers = other.subscribe(outbox.CHANNEL)
+    try:
+        if delivering:
+            store.webhook_urls = {outbox.DECISION_PUBLISHED: ("http://127.0.0.1:9/hook",)}
+        await publish(store, "unwatched")
+        assert await here.wait(0) is False
+        store.decisions_watched = True
+        await publish(store, "watched")
+        assert await here.wait(0) is True
+        async with asyncio.timeout(WAKE_CEILING_S):
+            assert await there.wait(None) is True
+            if delivering:  # the deliverers' wake-up rides in the same statement on PostgreSQL
+                assert await deliverers.wait(None) is True
+    finally:
+        store.unsubscribe(decisions_queries.CHANNEL, here)
+        other.unsubscribe(decisions_queries.CHANNEL, there)
+        other.unsubscribe(outbox.CHANNEL, deliverers)
+        other.unsubscribe("probe", probe)
+        await other.close()

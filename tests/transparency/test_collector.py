@@ -1,5 +1,5 @@
-"""The witness collector against real witnesses (aics-witness from PyPI, tests/servers.py): quorum,
-a witness down and back, a witness with another key for the log, a restart, a 409 resync, and two
+"""The witness collector against real witnesses (aics-witness from PyPI, tests/servers.py): woken
+by a publish in another process, quorum, a witness down and back, a witness with another key for the log, a restart, a 409 resync, and two
 processes on PostgreSQL with one collector."""
 
 from __future__ import annotations
@@ -9,8 +9,11 @@ import base64
 import contextlib
 import dataclasses
 import logging
+import json
 import os
+import shutil
 import subprocess
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -25,8 +28,10 @@ from agent_gateway.ops import metrics
 from agent_gateway.signatures import keys
 from agent_gateway.signatures.identity import SigningIdentity
 from agent_gateway.store.tables import witness_cosignatures
-from agent_gateway.transparency import note, proof, service, witness
+from agent_gateway.transparency import collector, note, proof, service, witness
 from tests import servers
+from tests.cli.test_main import one_error_line
+from tests.served import ServedGateway, run_cli_here
 from tests.transparency.test_routes import publish
 
 pytestmark = pytest.mark.processes
@@ -153,6 +158,29 @@ async def test_a_quorum_of_real_witnesses_cosigns_and_the_note_verifies(
         assert metrics.witness_cosigned_size.labels(name)._value.get() == 7  # type: ignore[attr-defined]
 
 
+async def test_a_publish_in_another_process_wakes_the_collector_and_many_are_coalesced(
+    settings: config.Settings, witnesses: list[servers.Witness], origin: str, running: Callable,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Unwoken, the collector would look again only after an hour: far past the ceiling of the waits.
+    monkeypatch.setattr(collector, "SWEEP_S", 3600.0)
+    settings = trusted_by(settings, origin, witnesses[:2])
+    leader = await running(settings)
+    async with client(leader) as agent:
+        await publish(agent, 1)
+    await witnessed_at(leader, 1, "witnessed at 1")  # the collector now waits for the next publish
+    # Another process that serves the API only (on SQLite, as serve's HTTP workers are).
+    api = await running(settings, frozenset({"api"}))
+    async with client(api) as agent:
+        await publish(agent, 1)
+        await witnessed_at(leader, 2, "woken by the other process's publish")
+        await asyncio.gather(*(publish(agent, 1) for _ in range(40)))
+    await witnessed_at(leader, 42, "witnessed at 42")
+    # Coalesced: far fewer cosigned tree sizes than Decisions.
+    for listed in witnesses[:2]:
+        assert len(await cosigned_by(leader, listed)) < 42
+
+
 async def test_a_witness_down_delays_only_itself_and_catches_up_on_its_return(
     settings: config.Settings, witnesses: list[servers.Witness], origin: str, running: Callable
 ) -> None:
@@ -253,6 +281,77 @@ async def test_two_processes_on_postgresql_run_one_collector(
     assert standby.collector.active  # type: ignore[union-attr]
     for listed in witnesses[:2]:
         assert await cosigned_by(standby, listed) == [2, 3]
+
+
+@pytest.fixture
+def another_database_url(request: pytest.FixtureRequest, database_url: str, tmp_path: Path) -> Iterator[str]:
+    """A second fresh, migrated database of the backend of ``database_url``."""
+    if database_url.startswith("sqlite"):
+        path = tmp_path / "another.db"
+        shutil.copyfile(request.getfixturevalue("sqlite_template"), path)
+        yield f"sqlite:///{path}"
+        return
+    with request.getfixturevalue("postgres_databases").url(migrated=True) as url:
+        yield url
+
+
+def test_audit_with_witnesses_refuses_a_fork_of_the_log_it_remembers_witnessed(
+    database_url: str, another_database_url: str, witnesses: list[servers.Witness], origin: str, tmp_path: Path
+) -> None:
+    # The operator's honest log, witnessed; the party audits it and remembers its checkpoint.
+    pem = keys.generate_pem("ed25519")
+    keys.write_private(tmp_path / "signing-key.pem", pem)
+    identity = SigningIdentity(pem)
+    vkey = note.NoteSigner(origin, identity.key, identity.algorithm).key.vkey()
+    for listed in witnesses[:2]:
+        listed.trust(origin, vkey)
+    # The same key and origin for both: the fork is the operator's own second log.
+    env = {
+        "AGENT_GATEWAY_SIGNING_KEY_FILE": str(tmp_path / "signing-key.pem"),
+        "AGENT_GATEWAY_TRANSPARENCY_ORIGIN": origin,
+        "AGENT_GATEWAY_TRANSPARENCY_WITNESSES": json.dumps([{"url": w.url, "vkey": w.vkey} for w in witnesses[:2]]),
+    }
+    state, jwks = tmp_path / "audit-state.json", tmp_path / "jwks.json"
+    jwks.write_text(json.dumps(identity.jwks()))
+    witnessed_by = [arg for listed in witnesses[:2] for arg in ("--witness", listed.vkey)]
+
+    def audit(gateway: ServedGateway) -> subprocess.CompletedProcess[str]:
+        return run_cli_here("audit", gateway.agent_url, "--jwks", str(jwks), "--state", str(state), *witnessed_by,
+                            config=tmp_path / "none.toml")
+
+    with ServedGateway.start(tmp_path / "honest", database_url, env) as honest:
+        served_publish(honest, 3)
+        wait_until(lambda: served_witnessed_size(honest) == 3)
+        assert audit(honest).returncode == 0
+    # The fork: other Decisions under the same key and origin, of the same size and then larger.
+    with ServedGateway.start(tmp_path / "fork", another_database_url, env) as fork:
+        for added, size in ((3, 3), (2, 5)):
+            served_publish(fork, added)
+            line = one_error_line(audit(fork))
+            assert f"checkpoint {size} is not consistent with remembered checkpoint 3" in line
+            assert "forks from the one remembered (a split view" in line
+    # Nothing of a refused round is remembered.
+    assert json.loads(state.read_text())["size"] == 3
+
+
+def served_publish(gateway: ServedGateway, count: int) -> None:
+    for index in range(count):
+        response = httpx.post(f"{gateway.agent_url}/decisions", json={"statement": f"{gateway.directory.name} {index}"}, timeout=60)
+        assert response.status_code == 201, response.text
+
+
+def served_witnessed_size(gateway: ServedGateway) -> int:
+    response = httpx.get(f"{gateway.agent_url}/checkpoint/witnessed", timeout=60)
+    if response.status_code == 404:
+        return 0
+    return note.Checkpoint.parse(response.content[: response.content.index(b"\n\n") + 1]).size
+
+
+def wait_until(check: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + CEILING_S
+    while not check():
+        assert time.monotonic() < deadline, "not within the ceiling"
+        time.sleep(0.05)
 
 
 def aics_tlog(*argv: str) -> subprocess.CompletedProcess[str]:

@@ -160,6 +160,13 @@ def webhook_urls(conn: AsyncConnection, event: str) -> tuple[str, ...]:
     return () if store is None else store.webhook_urls.get(event, ())
 
 
+def decisions_watched(conn: AsyncConnection) -> bool:
+    """Whether a loop waits for each publish in the :class:`Store` whose transaction ``conn``
+    is in (the witness collector); False outside a Store's transaction."""
+    store = conn.info.get(_STORE)
+    return store is not None and store.decisions_watched
+
+
 def channels(conn: AsyncConnection) -> frozenset[str]:
     """The chat channels served by the :class:`Store` whose transaction ``conn`` is in (see
     ``channels.outbox``); none outside a Store's transaction."""
@@ -189,6 +196,9 @@ class Store:
         # The chat channels this deployment serves ([channels.*]); the gateway sets it. An outbound
         # Message's writer reads it (channels): no channel, no channel outbox query at all.
         self.channels: frozenset[str] = frozenset()
+        # Whether a publish wakes a loop (the witness collector, transparency.collector); the gateway
+        # sets it. Unwatched, a publish sends no wake-up at all (no NOTIFY on PostgreSQL).
+        self.decisions_watched = False
         # Names this Store in its NOTIFY payloads (notifications.pg_payload).
         self.origin = secrets.token_hex(8)
         self._sqlite_writer = asyncio.Lock() if self.dialect == "sqlite" else None

@@ -104,7 +104,10 @@ class Auditor:
             try:
                 merkle.verify_consistency(state.size, checkpoint.size, state.root, checkpoint.root, _hashes(body, name))
             except merkle.ProofError as exc:
-                raise AuditFailure(f"{name} is not consistent with remembered checkpoint {state.size}: {exc}") from None
+                raise AuditFailure(
+                    f"{name} is not consistent with remembered checkpoint {state.size}: the log shown forks from the "
+                    f"one remembered (a split view, or a rewritten tree) ({exc})"
+                ) from None
         last_seq, leaves = state.last_seq, []
         for decision in self._decisions(state.last_seq, checkpoint.size - state.size, name):
             self._check_signature(decision)

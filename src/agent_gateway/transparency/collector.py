@@ -2,10 +2,14 @@
 
 It runs beside the log, never on a request's path: a publish is never delayed, blocked or failed
 by a witness. It works in the leading process only (``leadership.lead``, like the Signal Worker),
-under ``supervisor.supervise``. Each pass signs the checkpoint of the tree as it is then, so that
-however many Decisions were published since the last pass, a witness gets one request: the
-coalescing is the pass itself. A witness's state (the size it last cosigned, from the table at
-start, corrected by its 409 answers) is this process's; a new leader reads it again.
+under ``supervisor.supervise``. A publish in any process wakes it (``store.queries.decisions.CHANNEL``,
+across processes through the store's notifications); it also looks every :data:`SWEEP_S`, for a
+wake-up lost while the database restarted. Each pass signs the checkpoint of the tree as it is
+then, so that however many Decisions were published since the last pass, a witness gets one
+request, and passes are at least :data:`MIN_PASS_INTERVAL_S` apart: under load, Decisions are
+coalesced into one request a second to each witness whatever the publish rate. A witness's state (the size it
+last cosigned, from the table at start, corrected by its 409 answers) is this process's; a new
+leader reads it again.
 
 A witness that fails (unreachable, a 5xx) is tried again after a backoff that doubles from
 :data:`FIRST_RETRY_S` up to :data:`MAX_RETRY_S`; one that refuses the log (403, 404, a
@@ -16,6 +20,7 @@ Each change of a witness's state is one log line, never a traceback.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import time
@@ -23,15 +28,20 @@ import time
 import httpx
 
 from agent_gateway.ops import metrics
+from agent_gateway.store import notifications
 from agent_gateway.store.engine import Store
+from agent_gateway.store.queries import decisions
 from agent_gateway.store.queries import witnesses as witness_queries
 from agent_gateway.transparency import note, service, witness
 
 logger = logging.getLogger(__name__)
 
-# How often the leader looks for a grown tree: the correctness fallback, and a bound on the
-# publish -> witnessed latency (plus the witnesses' answers).
-POLL_S = 0.5
+# How often the leader looks for a grown tree without a wake-up: the correctness fallback only.
+SWEEP_S = 5.0
+# The least time from a pass's start to the next one's: under load, at most one request a second
+# to each witness (each pass competes with the requests for the CPU and, on SQLite, the write
+# lock), at the cost of up to this much latency to a publish that comes during a pass.
+MIN_PASS_INTERVAL_S = 1.0
 FIRST_RETRY_S = 1.0
 MAX_RETRY_S = 60.0
 REQUEST_TIMEOUT_S = 10.0
@@ -59,20 +69,26 @@ class Collector:
         self._checkpoints = checkpoints
         self._witnesses = witnesses
         self._stop = asyncio.Event()
+        self._published: notifications.Subscription | None = None
         self.active = False  # whether this process leads the collection (and runs a pass)
 
     def stop(self) -> None:
         self._stop.set()
+        if self._published is not None:
+            self._published.wake()
 
     async def run(self) -> None:
         """Pass after pass until :meth:`stop`; what it cannot do (the database gone) raises."""
+        # Subscribed before the first pass: a publish during it wakes the next one.
+        published = self._published = self._store.subscribe(decisions.CHANNEL)
         self.active = True
         try:
-            await self._passes()
+            await self._passes(published)
         finally:
             self.active = False
+            self._store.unsubscribe(decisions.CHANNEL, published)
 
-    async def _passes(self) -> None:
+    async def _passes(self, published: notifications.Subscription) -> None:
         vkeys = [configured.key.vkey() for configured in self._witnesses]
         async with self._store.read() as conn:
             sizes = await witness_queries.last_sizes(conn, vkeys)
@@ -82,19 +98,22 @@ class Collector:
         limits = httpx.Limits(max_connections=_CONNECTIONS_PER_WITNESS * len(states))
         async with httpx.AsyncClient(timeout=REQUEST_TIMEOUT_S, limits=limits) as client:
             while not self._stop.is_set():
+                started = time.monotonic()
                 signed = await self._checkpoints.latest()
                 text = signed[: signed.rindex(b"\n\n") + 1]
                 size = note.Checkpoint.parse(text).size
-                now = time.monotonic()
-                due = [state for state in states if state.size != size and state.next_at <= now]
+                due = [state for state in states if state.size != size and state.next_at <= started]
                 if due:
                     await asyncio.gather(*(self._submit(client, state, signed, text, size) for state in due))
-                # A 409 resync is tried again at once; the rest waits for the next pass.
-                if not any(state.status == "resync" for state in states):
-                    try:
-                        await asyncio.wait_for(self._stop.wait(), POLL_S)
-                    except asyncio.TimeoutError:
-                        pass
+                if any(state.status == "resync" for state in states):
+                    continue  # a 409 resync is tried again at once
+                # Until a publish, or until a witness that is behind is due again.
+                now = time.monotonic()
+                behind = [state.next_at - now for state in states if state.size != size]
+                await published.wait(max(0.0, min([SWEEP_S, *behind])))
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(started + MIN_PASS_INTERVAL_S - time.monotonic()):
+                        await self._stop.wait()
 
     async def _submit(self, client: httpx.AsyncClient, state: _State, signed: bytes, text: bytes, size: int) -> None:
         configured = self._witnesses[state.index]

@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agent_gateway import jsontext, records
-from agent_gateway.store import direct, engine, notifications, outbox
+from agent_gateway.store import direct, engine, notifications
 from agent_gateway.store import window as windows
 from agent_gateway.store.engine import Store
 from agent_gateway.store.queries import tree, webhooks
@@ -18,6 +18,8 @@ from agent_gateway.store.tables import decisions
 
 # The sequence PostgreSQL creates for the serial column decisions.seq.
 POSTGRES_SEQUENCE = "decisions_seq_seq"
+# Woken once Decisions are published, when a loop watches them (engine.decisions_watched).
+CHANNEL = "decisions"
 # Any constant shared by every publisher: the key of the advisory lock that orders them.
 _PUBLISH_LOCK_KEY = 0x4465_6369  # "Deci"
 
@@ -76,7 +78,8 @@ _INSERT = direct.Query(
 
 
 # On PostgreSQL the Decisions and the tree's new nodes go in with one statement (one round
-# trip), and so do their webhook deliveries when there are any, with the deliverers' NOTIFY.
+# trip), and so do their webhook deliveries when there are any, with the NOTIFY that wakes
+# the deliverers and the loop watching the log (one payload each).
 _POSTGRES_WITH = (
     "nodes AS (INSERT INTO decision_tree (node, hash) "
     "SELECT * FROM unnest(CAST(:keys AS bigint[]), CAST(:hashes AS bytea[])))"
@@ -87,8 +90,12 @@ _POSTGRES_DECISIONS = (
     "CAST(:ats AS varchar[]), CAST(:leaves AS bigint[]))"
 )
 _POSTGRES_INSERT = direct.Query(sa.text(f"WITH {_POSTGRES_WITH} {_POSTGRES_DECISIONS}"))
+_POSTGRES_NOTIFY_EACH = "SELECT pg_notify(:channel, payload) FROM unnest(CAST(:payloads AS text[])) AS payload"
+_POSTGRES_INSERT_NOTIFYING = direct.Query(sa.text(
+    f"WITH {_POSTGRES_WITH}, decided AS ({_POSTGRES_DECISIONS}) {_POSTGRES_NOTIFY_EACH}"
+))
 _POSTGRES_INSERT_DELIVERING = direct.Query(sa.text(
-    f"WITH {_POSTGRES_WITH}, decided AS ({_POSTGRES_DECISIONS}), {webhooks.NEW_ROWS.with_clause} {outbox.POSTGRES_NOTIFY}"
+    f"WITH {_POSTGRES_WITH}, decided AS ({_POSTGRES_DECISIONS}), {webhooks.NEW_ROWS.with_clause} {_POSTGRES_NOTIFY_EACH}"
 ))
 
 
@@ -98,7 +105,9 @@ async def insert(
 ) -> None:
     """Write ``published`` Decisions, numbered by :func:`draw_numbers` in this transaction, the
     tree's nodes they complete (``growth``, see ``store.queries.tree``) and the webhook ``deliveries``
-    that report them (as ``store.queries.webhooks.insert`` takes them, waking ``channel``)."""
+    that report them (as ``store.queries.webhooks.insert`` takes them, waking ``channel``), and
+    wake :data:`CHANNEL` when a loop watches the log."""
+    watched = engine.decisions_watched(conn)
     statements = [jsontext.dumps(d.statement).decode() for d in published]
     leaves = range(growth.first_leaf, growth.first_leaf + len(published))
     if conn.dialect.name == "postgresql":
@@ -111,14 +120,17 @@ async def insert(
             "ats": [d.created_at for d in published],
             "leaves": list(leaves),
         }
-        if not deliveries:
+        woken = ([channel] if deliveries else []) + ([CHANNEL] if watched else [])
+        payloads = [payload for name in woken if (payload := engine.notify_in_statement(conn, name)) is not None]
+        if deliveries:
+            await direct.run(
+                conn, _POSTGRES_INSERT_DELIVERING, channel=notifications.PG_CHANNEL, payloads=payloads,
+                **columns, **webhooks.NEW_ROWS.arrays(deliveries),
+            )
+        elif payloads:
+            await direct.run(conn, _POSTGRES_INSERT_NOTIFYING, channel=notifications.PG_CHANNEL, payloads=payloads, **columns)
+        else:
             await direct.run(conn, _POSTGRES_INSERT, **columns)
-            return
-        payload = engine.notify_in_statement(conn, channel)
-        await direct.run(
-            conn, _POSTGRES_INSERT_DELIVERING, channel=notifications.PG_CHANNEL, payload=payload,
-            **columns, **webhooks.NEW_ROWS.arrays(deliveries),
-        )
         return
     rows = [
         {"number": d.seq, "statement_json": text, "signed": d.jws, "at": d.created_at, "leaf": leaf}
@@ -128,6 +140,8 @@ async def insert(
     await tree.write(conn, growth)
     if deliveries:
         await webhooks.insert(conn, deliveries, channel=channel)
+    if watched:
+        engine.notify(conn, CHANNEL)
 
 
 _GET = direct.Query(sa.select(*_COLUMNS).where(decisions.c.seq == sa.bindparam("seq")))
