@@ -110,3 +110,28 @@ async def test_a_second_cosignature_of_a_size_by_one_witness_is_left_out(agent: 
     async with gateway.store.read() as conn:
         assert await witness_queries.last_sizes(conn, VKEYS) == {VKEYS[0]: 1}
         assert await witness_queries.witnessed(conn, VKEYS, 2) is None
+
+
+@pytest.mark.parametrize("server", ["agent", "public"])
+async def test_the_witnesses_and_their_quorum_are_served(
+    agent: httpx.AsyncClient, public: httpx.AsyncClient, bearer: dict[str, str], server: str
+) -> None:
+    client, headers = (agent, {}) if server == "agent" else (public, bearer)
+    response = await client.get("/checkpoint/witnesses", headers=headers)
+    assert response.status_code == 200
+    assert response.json() == {"quorum": 2, "witnesses": VKEYS}
+    await assert_error(await client.get("/checkpoint/witnesses?x=1", headers=headers), 400)
+
+
+async def test_the_public_witnesses_route_wants_the_bearer(public: httpx.AsyncClient) -> None:
+    await assert_error(await public.get("/checkpoint/witnesses"), 401)
+
+
+async def test_with_no_witnesses_the_quorum_is_zero(settings: config.Settings) -> None:
+    gateway = Gateway(dataclasses.replace(settings, witnesses=(), witness_quorum=None))
+    await gateway.start(migrate_first=False)
+    try:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=gateway.agent_asgi), base_url="http://agent") as agent:
+            assert (await agent.get("/checkpoint/witnesses")).json() == {"quorum": 0, "witnesses": []}
+    finally:
+        await gateway.stop()

@@ -29,6 +29,11 @@ class InclusionOut(BaseModel):
     hashes: list[str] = Field(description="the RFC 9162 inclusion proof, base64")
 
 
+class WitnessesOut(BaseModel):
+    quorum: int = Field(description="cosignatures a checkpoint needs to be witnessed (0: no witnesses)")
+    witnesses: list[str] = Field(description="each witness's cosignature/v1 verifier key (C2SP signed-note vkey)")
+
+
 class ConsistencyOut(BaseModel):
     from_: int = Field(alias="from")
     to: int
@@ -67,6 +72,8 @@ _WITNESSED = {
     **error_responses(404),
 }
 _WITNESSED_SUMMARY = "The newest checkpoint cosigned by a quorum of the witnesses"
+_WITNESSES = {200: {"model": WitnessesOut}}
+_WITNESSES_SUMMARY = "The witnesses whose cosignatures make a checkpoint witnessed, and their quorum"
 _PROOF = {200: {"model": InclusionOut}, **error_responses(404)}
 _PROOF_SUMMARY = "The inclusion proof of a Decision in the tree of a size"
 _CONSISTENCY = {200: {"model": ConsistencyOut}}
@@ -84,6 +91,11 @@ async def _checkpoint(request: Request) -> Response:
 async def _witnessed(request: Request) -> Response:
     _, signed = await request.app.state.witnessed.latest()
     return Response(signed, media_type=CHECKPOINT_MEDIA_TYPE)
+
+
+def _witnesses(request: Request) -> Response:
+    quorum, vkeys = request.app.state.witnessed.keys()
+    return json_response({"quorum": quorum if vkeys else 0, "witnesses": vkeys})
 
 
 def _proof_args(seq: str, size: str | None) -> tuple[int, int | None]:
@@ -125,6 +137,11 @@ async def witnessed_agent(request: Request) -> Any:
     return await _witnessed(request)
 
 
+@agent.get("/checkpoint/witnesses", responses=_WITNESSES, summary=_WITNESSES_SUMMARY)
+async def witnesses_agent(request: Request) -> Any:
+    return _witnesses(request)
+
+
 @agent.get("/checkpoint/consistency", responses=_CONSISTENCY, summary=_CONSISTENCY_SUMMARY)
 async def consistency_agent(request: Request, from_: FromQuery = None, to: ToQuery = None) -> Any:
     return json_response(await _consistency(request.app.state.store, *_consistency_args(from_, to)))
@@ -148,6 +165,11 @@ async def checkpoint_public(request: Request, _: Authenticated) -> Any:
 )
 async def witnessed_public(request: Request, _: Authenticated) -> Any:
     return await _witnessed(request)
+
+
+@public.get("/checkpoint/witnesses", responses={**_WITNESSES, **error_responses(401)}, summary=_WITNESSES_SUMMARY)
+async def witnesses_public(request: Request, _: Authenticated) -> Any:
+    return _witnesses(request)
 
 
 @public.get("/checkpoint/consistency", responses={**_CONSISTENCY, **error_responses(401)}, summary=_CONSISTENCY_SUMMARY)

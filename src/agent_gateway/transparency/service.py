@@ -114,12 +114,16 @@ class Witnessed:
         self._witnesses = witnesses
         self._quorum = quorum
 
+    def keys(self) -> tuple[int, list[str]]:
+        """The quorum, and the configured witnesses' verifier keys (cosignature/v1), in the settings' order."""
+        return self._quorum, [configured.key.vkey() for configured in self._witnesses]
+
     async def latest(self) -> tuple[int, bytes]:
         """The witnessed tree size, and its checkpoint as one signed note (c2sp.org/tlog-cosignature):
         the checkpoint text, the gateway's signature line and one cosignature line per configured
         witness that cosigned that size. Raises :class:`NotWitnessed` until a quorum cosigned one
         (always, with no witnesses)."""
-        vkeys = [configured.key.vkey() for configured in self._witnesses]
+        _, vkeys = self.keys()
         if not vkeys:
             raise NotWitnessed()
         async with self._store.read() as conn:

@@ -166,6 +166,8 @@
     sessionStorage.removeItem(NOSTR_KEY);
     sessionStorage.removeItem(USER_KEY);
     $("messages").replaceChildren();
+    $("decision-list").replaceChildren();
+    $("decisions").hidden = true;
     $("chat").hidden = true;
     $("login").hidden = false;
     show($("login-error"), isError ? notice : "");
@@ -304,6 +306,87 @@
     }
   }
 
+  // --- the Decision log, each Decision with its proof checked here ------------------------
+
+  const DECISIONS_SHOWN = 20;
+
+  function mark(item, state, text, title) {
+    const badge = item.querySelector(".mark");
+    badge.className = "mark " + state;
+    badge.dataset.state = state;
+    badge.textContent = text;
+    badge.title = title;
+  }
+
+  // The newest Decisions; each gets its mark once its offline proof (tlog-proof) is checked against
+  // the gateway's JWK Set and witnesses (window.agentGatewayProofs, verify.js).
+  async function showDecisions() {
+    const current = session;
+    const panel = $("decisions");
+    panel.hidden = !panel.hidden;
+    $("show-decisions").setAttribute("aria-expanded", String(!panel.hidden));
+    if (panel.hidden || !current) return;
+    const list = $("decision-list");
+    list.replaceChildren();
+    show($("decisions-note"), "Loading…");
+    let jwks, witnesses, page;
+    try {
+      [jwks, witnesses, page] = await Promise.all([
+        api("GET", "/jwks.json"),
+        api("GET", "/checkpoint/witnesses", { auth: current }),
+        api("GET", "/decisions?limit=" + DECISIONS_SHOWN, { auth: current }),
+      ]);
+    } catch (error) {
+      if (error.status === 401) return sessionEnded();
+      return show($("decisions-note"), "Could not load the Decisions: " + error.message);
+    }
+    if (session !== current) return;
+    const checkable = witnesses.quorum > 0 && (await window.agentGatewayProofs.supported(jwks));
+    show($("decisions-note"), page.decisions.length === 0 ? "No Decision yet."
+      : witnesses.quorum === 0 ? "This gateway has no witnesses: its Decisions are signed, but nobody else vouches that everyone sees the same log."
+      : checkable ? "" : "This browser cannot check Ed25519 signatures: the Decisions are shown without their check.");
+    const items = page.decisions.slice().reverse().map((decision) => {
+      const item = document.createElement("li");
+      item.className = "decision";
+      item.dataset.seq = String(decision.seq);
+      const meta = document.createElement("span");
+      meta.className = "meta";
+      meta.textContent = "#" + decision.seq + " · " + new Date(decision.createdAt).toLocaleString([], { dateStyle: "short", timeStyle: "short" });
+      const badge = document.createElement("span");
+      badge.className = "mark";
+      item.append(meta, badge, document.createTextNode(decision.statement)); // text, never markup
+      list.append(item);
+      return [decision, item];
+    });
+    if (!checkable) return;
+    for (const [decision, item] of items) {
+      mark(item, "checking", "checking…", "");
+      checkDecision(current, decision, item, jwks, witnesses);
+    }
+  }
+
+  async function checkDecision(current, decision, item, jwks, witnesses) {
+    let response;
+    try {
+      response = await request("GET", `/decisions/${decision.seq}/proof?format=tlog-proof`, { auth: current });
+    } catch (error) {
+      return mark(item, "unknown", "not checked", "The proof could not be fetched: " + error.message);
+    }
+    if (response.status === 404) {
+      return mark(item, "pending", "not yet witnessed", "No checkpoint holding this Decision has been cosigned by the witnesses yet.");
+    }
+    if (!response.ok) return mark(item, "unknown", "not checked", "The proof could not be fetched: " + response.statusText);
+    try {
+      const proven = await window.agentGatewayProofs.verify(await response.text(), decision, jwks, witnesses);
+      mark(item, "verified", "✓ verified",
+        `Checked in this browser: signed by the gateway, in its log of ${proven.size} Decisions, ` +
+        `which ${proven.cosigned} of ${witnesses.witnesses.length} witnesses cosigned.`);
+    } catch (error) {
+      if (!(error instanceof window.agentGatewayProofs.Refused)) throw error;
+      mark(item, "failed", "✗ does not verify", error.message);
+    }
+  }
+
   // --- the live stream ------------------------------------------------------------------
 
   function setStatus(text, lost) {
@@ -415,6 +498,7 @@
   $("login-nostr").addEventListener("click", logInWithNostr);
   $("send-form").addEventListener("submit", send);
   $("logout").addEventListener("click", logOut);
+  $("show-decisions").addEventListener("click", showDecisions);
   $("older").addEventListener("click", loadOlder);
   $("log").addEventListener("scroll", () => {
     if ($("log").scrollTop === 0 && !$("older").hidden) loadOlder();
