@@ -233,6 +233,50 @@ async def _failures(gateway: Gateway, listed: servers.Witness) -> float:
     return metrics.witness_failures.labels(name)._value.get()  # type: ignore[attr-defined]
 
 
+async def test_a_witness_that_holds_the_current_size_leaves_the_collector_waiting(
+    settings: config.Settings, witnesses: list[servers.Witness], origin: str, running: Callable,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    settings = trusted_by(settings, origin, witnesses[:1])
+    first = await running(settings)
+    async with client(first) as agent:
+        await publish(agent, 3)
+    await witnessed_at(first, 3, "witnessed at 3")
+    # The gateway forgets the cosignature (a restored backup, say): the witness answers 409 with
+    # the size the log has now, and there is nothing to submit until the next publish.
+    async with first.store.transaction() as conn:
+        await conn.execute(sa.delete(witness_cosignatures))
+    await stop(first)
+    caplog.set_level(logging.INFO, "agent_gateway.transparency.collector")
+    again = Gateway(settings)
+    reads, latest = 0, again.checkpoints.latest
+
+    async def counted() -> bytes:
+        nonlocal reads
+        reads += 1
+        return await latest()
+
+    again.checkpoints.latest = counted  # type: ignore[method-assign]
+    await again.start()
+    try:
+        async def resynced() -> bool:
+            return any(r.__dict__.get("action") == "witness_resync" for r in caplog.records)
+
+        await wait_for(resynced, "the resync")
+        before = reads
+        # Proving that something does not happen: a collector that went round again at once read
+        # the checkpoint without end, and on SQLite (whose reads here never wait) never gave the
+        # event loop back: the gateway froze (without the fix this test ends at pytest's timeout).
+        # A waiting collector reads it again on a publish or at its sweep.
+        await asyncio.sleep(1.0)
+        assert reads - before <= 2, reads - before
+        async with client(again) as agent:
+            await publish(agent, 2)
+        await witnessed_at(again, 5, "witnessed at 5")
+    finally:
+        await again.stop()
+
+
 async def test_after_a_restart_the_witnessed_checkpoint_is_served_at_once_and_a_409_resyncs(
     settings: config.Settings, witnesses: list[servers.Witness], origin: str, running: Callable,
     caplog: pytest.LogCaptureFixture,

@@ -105,8 +105,8 @@ class Collector:
                 due = [state for state in states if state.size != size and state.next_at <= started]
                 if due:
                     await asyncio.gather(*(self._submit(client, state, signed, text, size) for state in due))
-                if any(state.status == "resync" for state in states):
-                    continue  # a 409 resync is tried again at once
+                if any(state.status == "resync" and state.size != size for state in states):
+                    continue  # a 409 resync is tried again at once (unless the witness holds this size already)
                 # Until a publish, or until a witness that is behind is due again.
                 now = time.monotonic()
                 behind = [state.next_at - now for state in states if state.size != size]
