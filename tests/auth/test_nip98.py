@@ -9,11 +9,13 @@ import asyncio
 import base64
 import dataclasses
 import hashlib
+import re
 import importlib.util
 import time
 
 import httpx
 import nostr_sdk
+import orjson
 import pytest
 import sqlalchemy as sa
 
@@ -264,3 +266,45 @@ async def test_an_event_accepted_by_one_gateway_is_refused_by_another_on_the_sam
             assert (await second.get("/users/me", headers=headers)).status_code == 401
     finally:
         await other.stop()
+
+
+# A body for each protected route that takes one; a new such route must be given one here.
+BODIES = {
+    ("POST", "/messages"): {"text": "hello under nostr"},
+    ("POST", "/verify"): {"jws": "a.b.c"},
+    ("PUT", "/auth/password"): {"currentPassword": "correct horse battery staple", "newPassword": "another one"},
+}
+# A query for each protected route that needs one.
+QUERIES = {("GET", "/checkpoint/consistency"): "?from=1", ("GET", "/ledger/checkpoint/consistency"): "?from=1"}
+# Routes answering 401 that are not protected: the login (a wrong password); and the stream, followed
+# by the served tests (tests/auth/test_nip98_served.py), since a stream does not end in process.
+NOT_HERE = {("POST", "/auth/tokens"), ("GET", "/messages/stream")}
+
+
+async def test_every_protected_public_route_works_under_nip98(public: httpx.AsyncClient, agent: httpx.AsyncClient,
+                                                             gateway: Gateway, make_user: MakeUser, nostr: NostrScheme):
+    user, keys = await linked(gateway, make_user)
+    assert (await agent.post("/decisions", json={"statement": "one"})).status_code == 201
+    routes = [
+        (method.upper(), path)
+        for path, operations in (await public.get("/openapi.json")).json()["paths"].items()
+        for method, operation in operations.items()
+        if "401" in operation.get("responses", {}) and (method.upper(), path) not in NOT_HERE
+    ]
+    assert ("GET", "/users/me") in routes and ("POST", "/messages") in routes
+    # The password change last: the others need nothing of it.
+    for method, path in sorted(routes, key=lambda route: route == ("PUT", "/auth/password")):
+        concrete = re.sub(r"\{[^}]+\}", "1", path) + QUERIES.get((method, path), "")
+        body = BODIES.get((method, path))
+        content = b"" if body is None else orjson.dumps(body)
+        headers = header(keys, f"{BASE}{concrete}", method, body=content)
+        if body is not None:
+            headers["Content-Type"] = "application/json"
+        response = await public.request(method, concrete, content=content or None, headers=headers)
+        # Authenticated and answered (a 404 is the route's own: no witnessed checkpoint yet, say).
+        assert response.status_code in (200, 201, 204, 404), (method, path, response.status_code, response.text)
+    # Another event for the same request (the loop's, in the same second, would be a replay).
+    again = header(keys, f"{BASE}/messages", "GET", extra=[["nonce", "again"]])
+    messages = (await public.get("/messages", headers=again)).json()["messages"]
+    assert [message["text"] for message in messages if message["direction"] == "inbound"] == ["hello under nostr"]
+    assert (await login(public, user.id, "another one")).status_code == 201
