@@ -17,6 +17,8 @@ from agent_gateway.decisions import routes as decisions_routes
 from agent_gateway.decisions import service as decisions_service
 from agent_gateway.http.app import Router, create_app, fast_routes
 from agent_gateway.http.fastpath import FastPath
+from agent_gateway.ledger import instructions
+from agent_gateway.ledger.service import Ledger
 from agent_gateway.mcp import endpoint as mcp_endpoint
 from agent_gateway.messages import routes as messages_routes
 from agent_gateway.messages import service as messages_service
@@ -119,6 +121,7 @@ class Gateway:
             runtimes.from_settings(settings) if "worker" in roles else runtimes.NoRuntime()
         )
         self.worker: Worker | None = None
+        self.ledger = Ledger(self.store)
         # One witness collector across the deployment, in a worker process that leads it.
         self.collector = (
             Collector(self.store, self.checkpoints, self.witnesses) if "worker" in roles and self.witnesses else None
@@ -276,7 +279,9 @@ class Gateway:
             runner.start()
         if "worker" in self.roles:
             # One Signal Worker across the deployment: it works while this process leads.
-            self.worker = Worker(self.store, self.handlers, self.runtime)
+            # The instructions this process gives the agent, on the ledger before its first Run.
+            await self.ledger.record_instructions(instructions.collect(self.settings, self.handlers, self.runtime))
+            self.worker = Worker(self.store, self.handlers, self.runtime, self.ledger)
             self._worker_task = asyncio.create_task(
                 leadership.lead(self.store, "signal worker", self.worker.run), name="signal worker"
             )
