@@ -18,7 +18,8 @@ from agent_gateway.decisions import service as decisions_service
 from agent_gateway.http.app import Router, create_app, fast_routes
 from agent_gateway.http.fastpath import FastPath
 from agent_gateway.ledger import instructions
-from agent_gateway.ledger.service import Ledger
+from agent_gateway.ledger import routes as ledger_routes
+from agent_gateway.ledger import service as ledger_service
 from agent_gateway.mcp import endpoint as mcp_endpoint
 from agent_gateway.messages import routes as messages_routes
 from agent_gateway.messages import service as messages_service
@@ -105,6 +106,9 @@ class Gateway:
         self.messages = messages_service.Writer(self.store)
         signer = transparency_service.signer(settings, self.identity)
         self.checkpoints = transparency_service.Checkpoints(self.store, signer)
+        self.ledger_checkpoints = transparency_service.Checkpoints(
+            self.store, transparency_service.ledger_signer(settings, self.identity), ledger_service.LOG
+        )
         # Read at start, so that a witness the signing key cannot have stops the gateway in one line.
         self.witnesses = transparency_service.witnesses(settings, self.identity)
         self.witnessed = transparency_service.Witnessed(
@@ -121,7 +125,7 @@ class Gateway:
             runtimes.from_settings(settings) if "worker" in roles else runtimes.NoRuntime()
         )
         self.worker: Worker | None = None
-        self.ledger = Ledger(self.store)
+        self.ledger = ledger_service.Ledger(self.store)
         # One witness collector across the deployment, in a worker process that leads it.
         self.collector = (
             Collector(self.store, self.checkpoints, self.witnesses) if "worker" in roles and self.witnesses else None
@@ -138,6 +142,7 @@ class Gateway:
             signatures_routes.agent,
             decisions_routes.agent,
             transparency_routes.agent,
+            ledger_routes.agent,
             signals_routes.agent,
         ]
         if settings.scheduler_agent_routes:
@@ -180,6 +185,7 @@ class Gateway:
             signatures_routes.public,
             decisions_routes.public,
             transparency_routes.public,
+            ledger_routes.public,
         ]
         self.public_app = self._app("agent-gateway: Public server", PUBLIC_DESCRIPTION, public_routers)
         if settings.public_chat_page:
@@ -254,6 +260,7 @@ class Gateway:
         app.state.publisher = self.publisher
         app.state.messages = self.messages
         app.state.checkpoints = self.checkpoints
+        app.state.ledger_checkpoints = self.ledger_checkpoints
         app.state.witnessed = self.witnessed
         app.state.streams = self.streams
         app.state.auth_schemes = self.auth_schemes

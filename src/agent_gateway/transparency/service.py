@@ -23,6 +23,7 @@ from agent_gateway.store.queries import tree, witnesses as witness_queries
 from agent_gateway.transparency import note, proof, witness
 
 ORIGIN_PREFIX = "agent-gateway/decisions/"
+LEDGER_ORIGIN_PREFIX = "agent-gateway/ledger/"
 
 
 def origin(settings: Settings, identity: SigningIdentity) -> str:
@@ -38,6 +39,17 @@ def origin(settings: Settings, identity: SigningIdentity) -> str:
 
 def signer(settings: Settings, identity: SigningIdentity) -> note.NoteSigner:
     return note.NoteSigner(origin(settings, identity), identity.key, identity.algorithm)
+
+
+def ledger_signer(settings: Settings, identity: SigningIdentity) -> note.NoteSigner:
+    """The Run ledger's signer: the same key under an origin of its own, the Decision log's with
+    ``agent-gateway/ledger/`` for its prefix, or ``transparency.origin`` followed by ``/ledger``."""
+    decisions = origin(settings, identity)
+    if settings.transparency_origin is not None:
+        ledger = decisions + "/ledger"
+    else:
+        ledger = LEDGER_ORIGIN_PREFIX + decisions.removeprefix(ORIGIN_PREFIX)
+    return note.NoteSigner(ledger, identity.key, identity.algorithm)
 
 
 @dataclasses.dataclass(frozen=True)
