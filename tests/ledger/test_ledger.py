@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import hashlib
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,9 +16,10 @@ import rfc8785
 
 from agent_gateway import clock, config, merkle
 from agent_gateway.gateway import Gateway
-from agent_gateway.ledger import entries
+from agent_gateway.ledger import entries, instructions
 from agent_gateway.ledger.service import Ledger
-from agent_gateway.signals.handlers import Prompt
+from agent_gateway.mcp import tools
+from agent_gateway.signals.handlers import Handlers, Prompt
 from agent_gateway.store.engine import Store
 from agent_gateway.store.queries import ledger as queries
 from agent_gateway.store.queries.runs import Run
@@ -158,3 +160,32 @@ def test_leaves_are_rfc_8785_canonical_json() -> None:
         + b'","prompt":"' + hashlib.sha256(b"p").hexdigest().encode()
         + b'","run":"r","session":null,"signal":"s","startedAt":"2026-11-28T00:00:00.000Z","type":"run"}'
     )
+
+
+def test_the_reference_llm_agent_is_entered_with_its_instructions_model_and_tools(
+    settings: config.Settings, tmp_path: Path
+) -> None:
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    (workspace / "told.md").write_text("Be kind to everyone.\n")
+    command = (sys.executable, "-m", "agent_gateway.agent.llm", "--model", "openai:gpt-4o", "--instructions", "told.md")
+    settings = dataclasses.replace(
+        settings, runtime_command=command, runtime_workdir=workspace, runtime_env_pass=("OPENAI_API_KEY",),
+        runtime_allow_hosts=(config.Address("api.openai.com", 443),),
+    )
+    told = instructions.collect(settings, Handlers(), object())
+    assert told["agent"] == {
+        "instructions": "Be kind to everyone.\n", "model": "openai:gpt-4o", "tools": sorted(tools.available()),
+    }
+    assert told["runtime"]["command"] == list(command)
+    # Every argument naming a file, the program's interpreter and the instructions file in the workdir too.
+    assert told["runtime"]["files"] == {
+        sys.executable: hashlib.sha256(Path(sys.executable).read_bytes()).hexdigest(),
+        "told.md": hashlib.sha256(b"Be kind to everyone.\n").hexdigest(),
+    }
+    assert told["confinement"] == {"sandbox": settings.runtime_sandbox, "allowHosts": ["api.openai.com:443"], "envPass": ["OPENAI_API_KEY"]}
+    # Another program is not the reference agent: nothing is read for it.
+    other = dataclasses.replace(settings, runtime_command=(sys.executable, str(workspace / "told.md")))
+    told = instructions.collect(other, Handlers(), object())
+    assert told["agent"] is None
+    assert told["runtime"]["files"][str(workspace / "told.md")] == hashlib.sha256(b"Be kind to everyone.\n").hexdigest()

@@ -31,8 +31,7 @@ def collect(settings: Settings, handlers: Handlers, runtime: object) -> dict[str
             "program": _importable(type(runtime)),
             "command": command,
             "mode": settings.runtime_mode,
-            # Every argument that names a file (the program, its script), with its SHA-256.
-            "files": {arg: digest for arg, digest in ((arg, _file_sha256(arg, workdir, i == 0)) for i, arg in enumerate(command)) if digest},
+            "files": _files(command, workdir),
         },
         "confinement": {
             "sandbox": settings.runtime_sandbox,
@@ -59,7 +58,15 @@ def _importable(kind: type) -> str:
     return f"{kind.__module__}.{kind.__qualname__}"
 
 
-def _file_sha256(arg: str, workdir: Path | None, program: bool) -> str | None:
+def _files(command: list[str], workdir: Path | None) -> dict[str, str]:
+    """Every argument of ``command`` that names a file (the program, its script), with its SHA-256."""
+    digests = {arg: _file_sha256(arg, workdir, program=index == 0) for index, arg in enumerate(command)}
+    return {arg: digest for arg, digest in digests.items() if digest is not None}
+
+
+def _file_sha256(arg: str, workdir: Path | None, *, program: bool) -> str | None:
+    """The SHA-256 of the file ``arg`` names: the program is looked up on PATH, as the runtime
+    runs it; a relative path is in the runtime's workdir. None when it names no file."""
     path = Path(arg)
     if program and not path.parent.parts:
         found = shutil.which(arg)
