@@ -1,11 +1,12 @@
 """Queries on the Run ledger (issue 41): its entries and its Merkle tree (``store.queries.tree``).
 
-Entries are numbered from 1 without gaps, as Decisions are; entry ``seq`` is leaf ``seq - 1``
-of the ledger's tree, its data the entry's ``leaf`` bytes. Entries are numbered in the transaction that writes them, under a lock that
-orders every writer until commit: on SQLite the write lock every writing transaction takes
-(BEGIN IMMEDIATE), on PostgreSQL a transaction-scoped advisory lock of the ledger's own. So
-numbers are committed in the order they are drawn, a rolled-back write leaves no entry and no
-number burnt, and the tree grows in entry order in every process.
+Entries are numbered from 1 without gaps; entry ``seq`` is leaf ``seq - 1`` of the ledger's
+tree, its data the entry's ``leaf`` bytes. They are written as Decisions are (the Decision log's
+``draw_numbers``), under a lock that orders every writer until commit: on SQLite the write lock
+every writing transaction takes (BEGIN IMMEDIATE), on PostgreSQL a transaction-scoped advisory
+lock of the ledger's own, taken with a draw of a sequence in one statement. The tree grows in
+the same transaction, and an entry's number is its leaf's index + 1: a rolled-back write leaves
+no entry and no gap, and entries are committed in number order in every process.
 """
 
 from __future__ import annotations
@@ -28,9 +29,29 @@ _APPEND_LOCK_KEY = 0x4C65_6467  # "Ledg"
 
 TREE = tree.Tree("ledger_tree", "SELECT CAST(seq - 1 AS BIGINT) FROM ledger_entries WHERE seq = :number")
 
-_LOCK = direct.Query(sa.text(f"SELECT pg_advisory_xact_lock({_APPEND_LOCK_KEY})"))
-# A statement of its own after the lock: on PostgreSQL its snapshot then holds every entry committed before.
-_NEXT = direct.Query(sa.text("SELECT coalesce(max(seq), 0) + 1 FROM ledger_entries"))
+# The sequence that tells a writer whether another one wrote since its last growth (tree.Tree.growth):
+# drawn with the lock in one statement, as Decisions' numbers are; a rolled-back write burns a draw,
+# which only makes the next growth read the frontier. Entry numbers come from the tree's size.
+POSTGRES_SEQUENCE = "ledger_draws"
+_POSTGRES_DRAW = direct.Query(
+    sa.text(
+        f"SELECT pg_advisory_xact_lock({_APPEND_LOCK_KEY}), nextval('{POSTGRES_SEQUENCE}') "
+        "FROM generate_series(1, :count)"
+    )
+)
+_POSTGRES_LOCK = direct.Query(sa.text(f"SELECT pg_advisory_xact_lock({_APPEND_LOCK_KEY})"))
+# On SQLite the write lock is held already: the next number is read.
+_SQLITE_NEXT = direct.Query(sa.text("SELECT coalesce(max(seq), 0) + 1 FROM ledger_entries"))
+# On PostgreSQL the entries and the tree's nodes go in with one statement (one round trip).
+_POSTGRES_INSERT = direct.Query(
+    sa.text(
+        "WITH nodes AS (INSERT INTO ledger_tree (node, hash) "
+        "SELECT * FROM unnest(CAST(:keys AS bigint[]), CAST(:hashes AS bytea[]))) "
+        "INSERT INTO ledger_entries (seq, kind, leaf, run_id) "
+        "SELECT * FROM unnest(CAST(:seqs AS bigint[]), CAST(:kinds AS varchar[]), CAST(:leaves AS text[]), "
+        "CAST(:run_ids AS varchar[]))"
+    )
+)
 _INSERT = direct.Query(
     ledger_entries.insert()
     .values({column: sa.bindparam(column) for column in ("seq", "kind", "leaf", "run_id")})
@@ -68,19 +89,31 @@ class New:
 async def append(conn: AsyncConnection, new: Sequence[New]) -> list[int]:
     """Append ``new`` entries in the caller's writing transaction, with the tree's nodes they
     complete; their numbers. Holds the ledger's lock (PostgreSQL) until the transaction ends."""
-    await lock(conn)
-    [(first,)] = await direct.run(conn, _NEXT)
-    numbers = list(range(int(first), int(first) + len(new)))
-    growth = await TREE.growth(conn, numbers, [entry.leaf for entry in new])
+    if conn.dialect.name == "postgresql":
+        draws = sorted(number for _, number in await direct.run(conn, _POSTGRES_DRAW, count=len(new)))
+    else:
+        [(first,)] = await direct.run(conn, _SQLITE_NEXT)
+        draws = list(range(int(first), int(first) + len(new)))
+    growth = await TREE.growth(conn, draws, [entry.leaf for entry in new])
+    # Entry seq is leaf seq - 1: numbered by the tree, which only committed entries grew.
+    seqs = list(range(growth.first_leaf + 1, growth.first_leaf + 1 + len(new)))
+    if conn.dialect.name == "postgresql":
+        await direct.run(
+            conn, _POSTGRES_INSERT,
+            keys=[key for key, _ in growth.nodes], hashes=[hash_ for _, hash_ in growth.nodes], seqs=seqs,
+            kinds=[entry.kind for entry in new], leaves=[entry.leaf.decode() for entry in new],
+            run_ids=[entry.run_id for entry in new],
+        )
+        return seqs
     await direct.run_many(
         conn, _INSERT,
         [
-            {"seq": number, "kind": entry.kind, "leaf": entry.leaf.decode(), "run_id": entry.run_id}
-            for number, entry in zip(numbers, new, strict=True)
+            {"seq": seq, "kind": entry.kind, "leaf": entry.leaf.decode(), "run_id": entry.run_id}
+            for seq, entry in zip(seqs, new, strict=True)
         ],
     )
     await TREE.write(conn, growth)
-    return numbers
+    return seqs
 
 
 async def last_instructions(conn: AsyncConnection) -> Entry | None:
@@ -93,7 +126,7 @@ async def lock(conn: AsyncConnection) -> None:
     """Take the ledger's lock in ``conn``'s writing transaction (PostgreSQL; SQLite's write lock is
     already held), so that what is read next stays the newest until commit."""
     if conn.dialect.name == "postgresql":
-        await direct.run(conn, _LOCK)
+        await direct.run(conn, _POSTGRES_LOCK)
 
 
 async def get(store: Store, *, seq: int) -> Entry | None:

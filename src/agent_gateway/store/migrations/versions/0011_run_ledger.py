@@ -28,6 +28,9 @@ def upgrade() -> None:
     sa.UniqueConstraint('run_id', name=op.f('uq_ledger_entries_run_id'))
     )
     op.create_index(op.f('ix_ledger_entries_kind_seq'), 'ledger_entries', ['kind', 'seq'], unique=False)
+    if op.get_bind().dialect.name == 'postgresql':
+        # Drawn with the ledger's lock (store.queries.ledger): tells a writer whether another wrote since.
+        op.execute(sa.schema.CreateSequence(sa.Sequence('ledger_draws')))
     op.create_table('ledger_tree',
     sa.Column('node', _SERIAL, autoincrement=False, nullable=False),
     sa.Column('hash', sa.LargeBinary(length=32), nullable=False),
@@ -36,6 +39,8 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    if op.get_bind().dialect.name == 'postgresql':
+        op.execute(sa.schema.DropSequence(sa.Sequence('ledger_draws')))
     op.drop_table('ledger_tree')
     op.drop_index(op.f('ix_ledger_entries_kind_seq'), table_name='ledger_entries')
     op.drop_table('ledger_entries')
