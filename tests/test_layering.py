@@ -38,7 +38,7 @@ FLOORS: list[tuple[str, frozenset[str]]] = [
         frozenset({
             "users", "auth", "signatures", "decisions", "messages", "scheduler", "signals",
             "transparency", "webhooks", "streams", "runtimes", "sandbox", "mcp", "web", "ops", "http",
-            "channels",
+            "channels", "ledger",
         }),
     ),
     # What puts the areas together: the gateway's apps and loops, the processes, the commands.

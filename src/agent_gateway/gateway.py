@@ -17,6 +17,9 @@ from agent_gateway.decisions import routes as decisions_routes
 from agent_gateway.decisions import service as decisions_service
 from agent_gateway.http.app import Router, create_app, fast_routes
 from agent_gateway.http.fastpath import FastPath
+from agent_gateway.ledger import instructions
+from agent_gateway.ledger import routes as ledger_routes
+from agent_gateway.ledger import service as ledger_service
 from agent_gateway.mcp import endpoint as mcp_endpoint
 from agent_gateway.messages import routes as messages_routes
 from agent_gateway.messages import service as messages_service
@@ -107,6 +110,9 @@ class Gateway:
         self.messages = messages_service.Writer(self.store)
         signer = transparency_service.signer(settings, self.identity)
         self.checkpoints = transparency_service.Checkpoints(self.store, signer)
+        self.ledger_checkpoints = transparency_service.Checkpoints(
+            self.store, transparency_service.ledger_signer(settings, self.identity), ledger_service.LOG
+        )
         # Read at start, so that a witness the signing key cannot have stops the gateway in one line.
         self.witnesses = transparency_service.witnesses(settings, self.identity)
         # Every publish wakes the witness collector, in whichever process leads it.
@@ -125,6 +131,7 @@ class Gateway:
             runtimes.from_settings(settings) if "worker" in roles else runtimes.NoRuntime()
         )
         self.worker: Worker | None = None
+        self.ledger = ledger_service.Ledger(self.store)
         # One witness collector across the deployment, in a worker process that leads it.
         self.collector = (
             Collector(self.store, self.checkpoints, self.witnesses) if "worker" in roles and self.witnesses else None
@@ -141,6 +148,7 @@ class Gateway:
             signatures_routes.agent,
             decisions_routes.agent,
             transparency_routes.agent,
+            ledger_routes.agent,
             signals_routes.agent,
         ]
         if settings.scheduler_agent_routes:
@@ -183,6 +191,7 @@ class Gateway:
             signatures_routes.public,
             decisions_routes.public,
             transparency_routes.public,
+            ledger_routes.public,
         ]
         self.public_app = self._app("agent-gateway: Public server", PUBLIC_DESCRIPTION, public_routers)
         if settings.public_chat_page:
@@ -257,6 +266,7 @@ class Gateway:
         app.state.publisher = self.publisher
         app.state.messages = self.messages
         app.state.checkpoints = self.checkpoints
+        app.state.ledger_checkpoints = self.ledger_checkpoints
         app.state.witnessed = self.witnessed
         app.state.streams = self.streams
         app.state.auth_schemes = self.auth_schemes
@@ -282,7 +292,9 @@ class Gateway:
             runner.start()
         if "worker" in self.roles:
             # One Signal Worker across the deployment: it works while this process leads.
-            self.worker = Worker(self.store, self.handlers, self.runtime)
+            # The instructions this process gives the agent, on the ledger before its first Run.
+            await self.ledger.record_instructions(instructions.collect(self.settings, self.handlers, self.runtime))
+            self.worker = Worker(self.store, self.handlers, self.runtime, self.ledger)
             self._worker_task = asyncio.create_task(
                 leadership.lead(self.store, "signal worker", self.worker.run), name="signal worker"
             )

@@ -262,10 +262,17 @@ async def test_three_processes_share_one_database(tmp_path: Path, database_url: 
                 return len(signals) == len(created) and all(s["state"] == "done" for s in signals)
 
             await until(all_done)
+            # The Run ledger the three write: one instructions entry (they started at once, told
+            # alike), then one entry per Run, numbered from 1 without a gap, none twice.
+            ledger = await client.get(f"{processes[1].agent_url}/ledger/entries", params={"after": "0", "limit": "200"})
+            entries = ledger.json()["entries"]
+            assert [entry["seq"] for entry in entries] == list(range(1, len(created) + 2))
+            assert [entry["kind"] for entry in entries] == ["instructions"] + ["run"] * len(created)
     notes = gateway.notes()
     starts = [note for note in notes if note.what == "start"]
     assert sorted(note.prompt for note in starts) == sorted(m["text"] for m in created)
     assert len({note.run_id for note in starts}) == len(created)
+    assert {json.loads(entry["leaf"])["run"] for entry in entries[1:]} == {note.run_id for note in starts}
     assert {note.ppid for note in starts} <= {p.process.pid for p in processes}
     assert_serial(notes)
 

@@ -32,11 +32,11 @@ identity = SigningIdentity(keys.generate_pem("ed25519"))
 async def assert_tree_is_the_log(store: Store) -> list[service.Decision]:
     """The stored tree is exactly the RFC 9162 tree over the log's JWS, in seq order."""
     log = await service.read(store, Window(after=0, limit=200))
-    assert await tree.size(store) == len(log)
+    assert await tree.DECISIONS.size(store) == len(log)
     for index, decision in enumerate(log):
-        assert (await tree.read_inclusion(store, seq=decision.seq, size=None)).leaf_index == index
+        assert (await tree.DECISIONS.read_inclusion(store, number=decision.seq, size=None)).leaf_index == index
     leaves = [decision.jws.encode() for decision in log]
-    fetch = tree.fetcher(store)
+    fetch = tree.DECISIONS.fetcher(store)
     root = await merkle.root(fetch, len(log))
     assert root == mth(leaves)
     for index in range(len(log)):
@@ -100,7 +100,7 @@ async def test_a_publisher_reads_the_frontier_again_once_another_has_published(d
         ]:
             await publish(store, count, commit=commit)
             await assert_tree_is_the_log(first)
-        assert await tree.size(second) == 3 + 2 + 5 + 1 + 2 + 3 + 7
+        assert await tree.DECISIONS.size(second) == 3 + 2 + 5 + 1 + 2 + 3 + 7
     finally:
         await first.close()
         await second.close()
@@ -154,13 +154,13 @@ def test_migrate_from_0001_builds_the_tree_of_the_decisions_already_there(
         try:
             log = await assert_tree_is_the_log(store)
             assert [d.seq for d in log] == numbers
-            old_root = await merkle.root(tree.fetcher(store), len(numbers))
+            old_root = await merkle.root(tree.DECISIONS.fetcher(store), len(numbers))
             async with store.transaction() as conn:
                 await service.publish_many(conn, identity, ["after", "the migration"])
             log = await assert_tree_is_the_log(store)
             assert [d.seq for d in log][-2:] == [21, 22]
-            new_root = await merkle.root(tree.fetcher(store), len(log))
-            proof = await merkle.consistency_proof(tree.fetcher(store), len(numbers), len(log))
+            new_root = await merkle.root(tree.DECISIONS.fetcher(store), len(log))
+            proof = await merkle.consistency_proof(tree.DECISIONS.fetcher(store), len(numbers), len(log))
             merkle.verify_consistency(len(numbers), len(log), old_root, new_root, proof)
         finally:
             await store.close()
@@ -176,8 +176,8 @@ async def test_the_tree_is_right_after_every_batch_whatever_the_sizes(store: Sto
         async with store.transaction() as conn:
             published = await service.publish_many(conn, identity, [f"s{len(leaves) + n}" for n in range(batch)])
         leaves.extend(decision.jws.encode() for decision in published)
-        assert await tree.size(store) == len(leaves)
-        assert await merkle.root(tree.fetcher(store), len(leaves)) == mth(leaves)
+        assert await tree.DECISIONS.size(store) == len(leaves)
+        assert await merkle.root(tree.DECISIONS.fetcher(store), len(leaves)) == mth(leaves)
         batch = batch % 5 + 1
 
 

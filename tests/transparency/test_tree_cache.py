@@ -84,13 +84,13 @@ async def test_proofs_are_the_rfc_s_as_the_tree_grows_and_the_cache_with_it(stor
             published = await service.publish_many(conn, identity, [f"g{len(log) + n}" for n in range(batch)])
         log.extend(decision.jws.encode() for decision in published)
         await assert_proofs(store, log, [len(log)])
-        assert_cache_is_the_tree(tree.cached(store), log)
+        assert_cache_is_the_tree(tree.DECISIONS.cached(store), log)
         batch = batch % 7 + 3
     # Smaller trees than the cached size take their nodes from the same cache.
     await assert_proofs(store, log, [1, 13, 32, 33, 64])
-    assert tree.cached(store).size == len(log)
+    assert tree.DECISIONS.cached(store).size == len(log)
     if levels[1] < 6:  # 70 leaves are 7 levels: the cache moved its level up to keep its bound
-        assert tree.cached(store).level == max(levels[0], 7 - levels[1])
+        assert tree.DECISIONS.cached(store).level == max(levels[0], 7 - levels[1])
 
 
 async def test_a_rolled_back_append_leaves_nothing_in_the_cache(database_url: str, levels: tuple[int, int, int]) -> None:
@@ -114,7 +114,7 @@ async def test_a_rolled_back_append_leaves_nothing_in_the_cache(database_url: st
             await service.publish_many(conn, identity, [f"instead {n}" for n in range(40)])
         log = await leaves(writer)
         await assert_proofs(reader, log, [len(log)])
-        assert_cache_is_the_tree(tree.cached(reader), log)
+        assert_cache_is_the_tree(tree.DECISIONS.cached(reader), log)
     finally:
         await reader.close()
         await writer.close()
@@ -133,7 +133,7 @@ async def test_proofs_while_another_process_appends(database_url: str, levels: t
         appended = asyncio.ensure_future(other.wait())
         draw = random.Random(15)
         while not appended.done() or len(answered) < 40:
-            size = await tree.size(store)
+            size = await tree.DECISIONS.size(store)
             proof = await transparency.inclusion(store, draw.randint(1, size), None)
             answered.append(("inclusion", proof.index, proof.tree_size, proof.hashes))
             old = draw.randint(1, size)
@@ -147,8 +147,8 @@ async def test_proofs_while_another_process_appends(database_url: str, levels: t
         for kind, first, size, hashes in answered:
             expected = path(first, log[:size]) if kind == "inclusion" else subproof(first, log[:size], True) if first < size else []
             assert hashes == expected, (kind, first, size)
-        assert_cache_is_the_tree(tree.cached(store), log)
-        assert await merkle.root(tree.fetcher(store), len(log)) == mth(log)
+        assert_cache_is_the_tree(tree.DECISIONS.cached(store), log)
+        assert await merkle.root(tree.DECISIONS.fetcher(store), len(log)) == mth(log)
     finally:
         if other is not None and other.returncode is None:
             other.kill()

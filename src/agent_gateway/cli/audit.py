@@ -1,4 +1,4 @@
-"""``agent-gateway audit``: verify the Decision log as a third party, over HTTP only."""
+"""``agent-gateway audit``: verify the Decision log (or with --ledger the Run ledger) as a third party, over HTTP only."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import typer
 from agent_gateway import jsontext
 from agent_gateway.cli import proofs
 from agent_gateway.cli.common import fail, print_json
+from agent_gateway.ledger import audit as ledger_audit
 from agent_gateway.signatures import verifier
 from agent_gateway.transparency import audit as audits
 
@@ -33,6 +34,9 @@ def audit(
     quorum: Annotated[
         int | None, typer.Option("--quorum", min=1, help="cosignatures needed among --witness (default: all of them)")
     ] = None,
+    ledger: Annotated[
+        bool, typer.Option("--ledger", help="audit the Run ledger instead, and sum up what its new entries say")
+    ] = False,
 ) -> None:
     """Verify the signed checkpoint, its consistency with the remembered one, and every new Decision.
 
@@ -40,7 +44,12 @@ def audit(
     line naming the first Decision or checkpoint that does not. With --witness, the
     witnessed checkpoint must also verify, hold --quorum cosignatures of those
     witnesses, and be consistent with the checkpoint verified.
+    With --ledger, the Run ledger is audited the same way (give it a --state file of its own),
+    and the summary lists the instruction changes, the Runs per Signal kind, and the Runs whose
+    Signal is neither a Message's nor a Schedule's (emitted by the operator directly).
     """
+    if ledger and witnesses:
+        raise fail("--witness: the Run ledger is not witnessed yet; audit it without --witness")
     witness_keys, needed = proofs.witness_policy(witnesses, quorum)
     base = url.rstrip("/")
     headers = {}
@@ -58,7 +67,8 @@ def audit(
     try:
         remembered = audits.load_state(state.read_bytes() if state is not None and state.exists() else None)
         with httpx.Client(base_url=base, headers=headers, timeout=audits.TIMEOUT_S) as client:
-            new_state, report = audits.Auditor(client, keys, witness_keys, needed).audit(remembered)
+            auditor = ledger_audit.LedgerAuditor(client, keys) if ledger else audits.Auditor(client, keys, witness_keys, needed)
+            new_state, report = auditor.audit(remembered)
     except audits.AuditFailure as exc:
         raise fail(str(exc)) from None
     except OSError as exc:
@@ -72,6 +82,7 @@ def audit(
             "treeSize": checkpoint.size,
             "rootHash": base64.b64encode(checkpoint.root).decode(),
             "audited": report.decisions,
+            **(auditor.summary.to_json() if isinstance(auditor, ledger_audit.LedgerAuditor) else {}),
         }
     )
 

@@ -60,7 +60,7 @@ async def publish_many(conn: AsyncConnection, identity: SigningIdentity, stateme
         payload = orjson.dumps({"seq": seq, "createdAt": created_at, "statement": statement})
         published.append(Decision(seq, statement, identity.sign(payload, DECISION_TYP), created_at))
     # The Merkle tree grows in the same transaction, leaves in seq order (see store.queries.tree).
-    growth = await tree.growth(conn, numbers, [decision.jws.encode() for decision in published])
+    growth = await tree.DECISIONS.growth(conn, numbers, [decision.jws.encode() for decision in published])
     await queries.insert(conn, published, growth, outbox.decision_deliveries(conn, published), channel=outbox.CHANNEL)
     return published
 

@@ -81,6 +81,8 @@ class TemplateHandler:
 
     def __init__(self, kind: str, template: str, session: str | None = None) -> None:
         self.kind = kind
+        # The texts as written: the Run ledger records them (ledger.instructions).
+        self.template_text, self.session_text = template, session
         self.template = _ENVIRONMENT.from_string(template)
         self.session = None if session is None else _ENVIRONMENT.from_string(session)
 

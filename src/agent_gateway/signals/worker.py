@@ -39,6 +39,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agent_gateway import clock
+from agent_gateway.ledger.service import Ledger
 from agent_gateway.ops import metrics
 from agent_gateway.runtimes.runtime import RunFailed, Runtime
 from agent_gateway.signals import service
@@ -65,10 +66,12 @@ CANCEL_CHECK_S = 5.0
 class Worker:
     """The Signal Worker of one process; ``Gateway`` runs :meth:`run` while this process leads."""
 
-    def __init__(self, store: Store, handlers: Handlers, runtime: Runtime) -> None:
+    def __init__(self, store: Store, handlers: Handlers, runtime: Runtime, ledger: Ledger) -> None:
         self.store = store
         self.handlers = handlers
         self.runtime = runtime
+        # Each Run's entry goes on the Run ledger in the transaction that starts it.
+        self.ledger = ledger
         self._stop = asyncio.Event()
         self._subscription: Subscription | None = None
         self._cancels: Subscription | None = None
@@ -170,10 +173,12 @@ class Worker:
             runs = _runs(signal, _checked(handler.handle(signal)))  # type: ignore[union-attr]
         except Exception:
             return _Claimed(signal)
+        now = clock.now_iso()
         await run_queries.record(
             conn, signal_id=signal.id, prompts=[(run.id, run.session, run.prompt) for run in runs],
-            first_started_at=clock.now_iso(),
+            first_started_at=now,
         )
+        await self.ledger.started(conn, signal, runs[:1], now)
         return _Claimed(signal, runs)
 
     async def _process(self, claimed: _Claimed) -> _Claimed | None:
@@ -381,6 +386,8 @@ class Worker:
             await run_queries.record(
                 conn, signal_id=signal.id, prompts=rows, first_started_at=now if starts_recorded else None
             )
+            if starts_recorded:
+                await self.ledger.started(conn, signal, [step.start], now)  # type: ignore[list-item]
         if step.ended is not None:
             ended, error = step.ended
             ran = await run_queries.finish(conn, id=ended.id, error=_storable(error), ended_at=now)
@@ -391,7 +398,9 @@ class Worker:
                 step.ended_cancelled = True
                 step.signal_error = _with_cancel(step.signal_error, ended)
         if step.start is not None and not starts_recorded:
-            if not await run_queries.start(conn, id=step.start.id, started_at=now):
+            if await run_queries.start(conn, id=step.start.id, started_at=now):
+                await self.ledger.started(conn, signal, [step.start], now)
+            else:
                 # An operator cancelled it, or another Run of its Signal, meanwhile: say which.
                 refused = await run_queries.get(conn, id=step.start.id)
                 step.start_refused = refused.error if refused is not None else service.CANCELLED_ERROR

@@ -89,6 +89,31 @@ decision_tree = sa.Table(
     sa.Column("hash", sa.LargeBinary(32), nullable=False),
 )
 
+# The Run ledger (issue 41; store.queries.ledger): what the gateway told the agent, one entry per
+# instructions change and per Run started, numbered from 1 without gaps as Decisions are; ``leaf`` is the entry's
+# leaf in the ledger's Merkle tree (ledger_tree), byte for byte: its RFC 8785 canonical JSON.
+ledger_entries = sa.Table(
+    "ledger_entries",
+    metadata,
+    # The entry's number; its leaf in ledger_tree is seq - 1. On SQLite the row id itself.
+    sa.Column("seq", Serial, primary_key=True, autoincrement=False),
+    sa.Column("kind", sa.String(16), nullable=False),
+    sa.Column("leaf", sa.Text, nullable=False),
+    # The Run of a run entry: unique, so that no Run has two entries whatever process writes them.
+    sa.Column("run_id", Uuid, nullable=True, unique=True),
+    sa.CheckConstraint("kind IN ('instructions', 'run')", name="kind"),
+    # The instructions entry in force is the newest one (store.queries.ledger.last_instructions).
+    sa.Index(None, "kind", "seq"),
+)
+
+# The hashes of the complete subtrees of the Run ledger's Merkle tree, as decision_tree's.
+ledger_tree = sa.Table(
+    "ledger_tree",
+    metadata,
+    sa.Column("node", Serial, primary_key=True, autoincrement=False),
+    sa.Column("hash", sa.LargeBinary(32), nullable=False),
+)
+
 signals = sa.Table(
     "signals",
     metadata,

@@ -81,7 +81,13 @@ def _b64(data: bytes) -> str:
 
 
 class Auditor:
-    """Audits the log served at ``base_url`` (either server) against the JWK Set ``keys``."""
+    """Audits the log served at ``base_url`` (either server) against the JWK Set ``keys``: the
+    Decision log, or another log served the same way under ``PREFIX`` (``ledger.audit``)."""
+
+    PREFIX = ""  # where the log's routes are
+    LIST = "decisions"  # its window route, and the member of the page that holds the entries
+    LOG = "Decision log"
+    ENTRIES = "Decisions"
 
     def __init__(
         self, client: httpx.Client, keys: list[Key], witnesses: list[witness.WitnessKey] | None = None, quorum: int = 0
@@ -98,9 +104,9 @@ class Auditor:
         checkpoint = self._checkpoint(state.origin)
         name = f"checkpoint {checkpoint.size}"
         if checkpoint.size < state.size:
-            raise AuditFailure(f"{name}: the log shrank from the {state.size} Decisions of the remembered checkpoint")
+            raise AuditFailure(f"{name}: the log shrank from the {state.size} {self.ENTRIES} of the remembered checkpoint")
         if state.size:
-            body = self._get_json(f"/checkpoint/consistency?from={state.size}&to={checkpoint.size}", name)
+            body = self._get_json(f"{self.PREFIX}/checkpoint/consistency?from={state.size}&to={checkpoint.size}", name)
             try:
                 merkle.verify_consistency(state.size, checkpoint.size, state.root, checkpoint.root, _hashes(body, name))
             except merkle.ProofError as exc:
@@ -109,15 +115,14 @@ class Auditor:
                     f"one remembered (a split view, or a rewritten tree) ({exc})"
                 ) from None
         last_seq, leaves = state.last_seq, []
-        for decision in self._decisions(state.last_seq, checkpoint.size - state.size, name):
-            self._check_signature(decision)
-            leaves.append(merkle.leaf_hash(decision["jws"].encode()))
-            last_seq = decision["seq"]
+        for entry in self._entries(state.last_seq, checkpoint.size - state.size, name):
+            leaves.append(merkle.leaf_hash(self._leaf(entry)))
+            last_seq = entry["seq"]
         _, frontier = merkle.appended(state.frontier, state.size, leaves)
         root = merkle.fold(frontier) if frontier else merkle.EMPTY_ROOT
         if root != checkpoint.root:
             self._find_rewritten(state, checkpoint)
-            raise AuditFailure(f"{name}: the Decisions after seq {state.last_seq} do not rebuild its root")
+            raise AuditFailure(f"{name}: the {self.ENTRIES} after seq {state.last_seq} do not rebuild its root")
         if self._witnesses:
             self._check_witnessed(checkpoint)
         new_state = State(checkpoint.origin, checkpoint.size, checkpoint.root, last_seq, tuple(frontier))
@@ -157,7 +162,7 @@ class Auditor:
             raise AuditFailure(f"{name} is not consistent with checkpoint {checkpoint.size}: {exc}") from None
 
     def _checkpoint(self, origin: str | None) -> note.Checkpoint:
-        response = self._get("/checkpoint", "the checkpoint")
+        response = self._get(f"{self.PREFIX}/checkpoint", "the checkpoint")
         text = response.content
         claimed = text.split(b"\n", 1)[0].decode(errors="replace")
         if origin is not None and claimed != origin:
@@ -168,18 +173,26 @@ class Auditor:
         except note.NoteError as exc:
             raise AuditFailure(f"the checkpoint does not verify against the JWK Set: {exc}") from None
 
-    def _decisions(self, after: int, count: int, name: str) -> Iterator[dict[str, Any]]:
-        """The ``count`` Decisions after seq ``after``, ascending, walking the log forwards."""
+    def _entries(self, after: int, count: int, name: str) -> Iterator[dict[str, Any]]:
+        """The ``count`` entries after seq ``after``, ascending, walking the log forwards."""
         while count > 0:
-            page = self._get_json(f"/decisions?after={after}&limit={PAGE}", "the Decision log")["decisions"]
+            page = self._get_json(f"{self.PREFIX}/{self.LIST}?after={after}&limit={PAGE}", f"the {self.LOG}")
+            page = page.get(self.LIST) if isinstance(page, dict) else None
+            if not isinstance(page, list):
+                raise AuditFailure(f"the {self.LOG}: the page is malformed")
             if not page:
-                raise AuditFailure(f"{name}: the log lacks {count} of its Decisions after seq {after}")
-            for decision in page[:count]:
-                if not isinstance(decision, dict) or not isinstance(decision.get("seq"), int) or decision["seq"] <= after:
-                    raise AuditFailure(f"the Decision log is out of order after seq {after}")
-                after = decision["seq"]
-                yield decision
+                raise AuditFailure(f"{name}: the log lacks {count} of its {self.ENTRIES} after seq {after}")
+            for entry in page[:count]:
+                if not isinstance(entry, dict) or not isinstance(entry.get("seq"), int) or entry["seq"] <= after:
+                    raise AuditFailure(f"the {self.LOG} is out of order after seq {after}")
+                after = entry["seq"]
+                yield entry
             count -= len(page[:count])
+
+    def _leaf(self, decision: dict[str, Any]) -> bytes:
+        """The leaf of ``decision`` once its JWS verifies."""
+        self._check_signature(decision)
+        return decision["jws"].encode()  # type: ignore[no-any-return]
 
     def _check_signature(self, decision: dict[str, Any]) -> None:
         seq = decision["seq"]
@@ -194,7 +207,7 @@ class Auditor:
     def _find_rewritten(self, state: State, checkpoint: note.Checkpoint) -> None:
         """Name the first Decision the checkpoint's tree does not hold where the log shows it."""
         index = state.size
-        for decision in self._decisions(state.last_seq, checkpoint.size - state.size, f"checkpoint {checkpoint.size}"):
+        for decision in self._entries(state.last_seq, checkpoint.size - state.size, f"checkpoint {checkpoint.size}"):
             seq = decision["seq"]
             body = self._get_json(f"/decisions/{seq}/proof?size={checkpoint.size}", f"Decision {seq}")
             leaf = merkle.leaf_hash(decision["jws"].encode())

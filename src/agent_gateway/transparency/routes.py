@@ -80,7 +80,7 @@ _CONSISTENCY = {200: {"model": ConsistencyOut}}
 _CONSISTENCY_SUMMARY = "The consistency proof between two sizes of the tree"
 
 
-def _b64(hashes: list[bytes]) -> list[str]:
+def b64(hashes: list[bytes]) -> list[str]:
     return [base64.b64encode(hash_).decode() for hash_ in hashes]
 
 
@@ -115,16 +115,16 @@ async def _proof_answer(request: Request, seq: str, size: str | None, format_: s
 
 async def _proof(store: Store, seq: int, size: int | None) -> dict[str, Any]:
     proof = await service.inclusion(store, seq, size)
-    return {"index": proof.index, "treeSize": proof.tree_size, "hashes": _b64(proof.hashes)}
+    return {"index": proof.index, "treeSize": proof.tree_size, "hashes": b64(proof.hashes)}
 
 
-def _consistency_args(from_: str | None, to: str | None) -> tuple[int | None, int | None]:
+def consistency_args(from_: str | None, to: str | None) -> tuple[int | None, int | None]:
     return parse_int("from", from_, 1, INT32_MAX), parse_int("to", to, 1, INT32_MAX)
 
 
 async def _consistency(store: Store, old: int | None, new: int | None) -> dict[str, Any]:
     new, hashes = await service.consistency(store, old, new)
-    return {"from": old, "to": new, "hashes": _b64(hashes)}
+    return {"from": old, "to": new, "hashes": b64(hashes)}
 
 
 @agent.get("/checkpoint", response_class=Response, responses=_CHECKPOINT, summary=_CHECKPOINT_SUMMARY)
@@ -144,7 +144,7 @@ async def witnesses_agent(request: Request) -> Any:
 
 @agent.get("/checkpoint/consistency", responses=_CONSISTENCY, summary=_CONSISTENCY_SUMMARY)
 async def consistency_agent(request: Request, from_: FromQuery = None, to: ToQuery = None) -> Any:
-    return json_response(await _consistency(request.app.state.store, *_consistency_args(from_, to)))
+    return json_response(await _consistency(request.app.state.store, *consistency_args(from_, to)))
 
 
 @agent.get("/decisions/{seq}/proof", responses=_PROOF, summary=_PROOF_SUMMARY)
@@ -174,7 +174,7 @@ async def witnesses_public(request: Request, _: Authenticated) -> Any:
 
 @public.get("/checkpoint/consistency", responses={**_CONSISTENCY, **error_responses(401)}, summary=_CONSISTENCY_SUMMARY)
 async def consistency_public(request: Request, _: Authenticated, from_: FromQuery = None, to: ToQuery = None) -> Any:
-    return json_response(await _consistency(request.app.state.store, *_consistency_args(from_, to)))
+    return json_response(await _consistency(request.app.state.store, *consistency_args(from_, to)))
 
 
 @public.get("/decisions/{seq}/proof", responses={**_PROOF, **error_responses(401)}, summary=_PROOF_SUMMARY)
@@ -205,7 +205,7 @@ async def _fast_consistency(scope: Scope, query: dict[str, str], *, public: bool
     if not query.keys() <= {"from", "to"}:
         return None
     try:
-        old, new = _consistency_args(query.get("from"), query.get("to"))
+        old, new = consistency_args(query.get("from"), query.get("to"))
     except errors.InvalidInput:
         return None
     if public:

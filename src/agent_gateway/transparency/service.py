@@ -1,6 +1,7 @@
-"""The auditable Decision log: signed checkpoints, inclusion and consistency proofs.
+"""The auditable logs (the Decision log, the Run ledger): signed checkpoints, inclusion and
+consistency proofs, the same code for each (a :class:`Log`).
 
-The tree (``store.queries.tree``) is append-only by construction, so one size has one
+A tree (``store.queries.tree``) is append-only by construction, so one size has one
 root: a checkpoint signed for a size is kept and answered again until the
 tree grows, and the gateway never signs two roots for one size.
 """
@@ -22,6 +23,7 @@ from agent_gateway.store.queries import tree, witnesses as witness_queries
 from agent_gateway.transparency import note, proof, witness
 
 ORIGIN_PREFIX = "agent-gateway/decisions/"
+LEDGER_ORIGIN_PREFIX = "agent-gateway/ledger/"
 
 
 def origin(settings: Settings, identity: SigningIdentity) -> str:
@@ -37,6 +39,17 @@ def origin(settings: Settings, identity: SigningIdentity) -> str:
 
 def signer(settings: Settings, identity: SigningIdentity) -> note.NoteSigner:
     return note.NoteSigner(origin(settings, identity), identity.key, identity.algorithm)
+
+
+def ledger_signer(settings: Settings, identity: SigningIdentity) -> note.NoteSigner:
+    """The Run ledger's signer: the same key under an origin of its own, the Decision log's with
+    ``agent-gateway/ledger/`` for its prefix, or ``transparency.origin`` followed by ``/ledger``."""
+    decisions = origin(settings, identity)
+    if settings.transparency_origin is not None:
+        ledger = decisions + "/ledger"
+    else:
+        ledger = LEDGER_ORIGIN_PREFIX + decisions.removeprefix(ORIGIN_PREFIX)
+    return note.NoteSigner(ledger, identity.key, identity.algorithm)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,6 +86,19 @@ def quorum(settings: Settings) -> int:
 
 
 @dataclasses.dataclass(frozen=True)
+class Log:
+    """One auditable log: its tree, what its entries are called, and the error for a number
+    that names none."""
+
+    merkle_tree: tree.Tree
+    noun: str
+    not_found: type[errors.NotFound]
+
+
+DECISIONS = Log(tree.DECISIONS, "Decision", DecisionNotFound)
+
+
+@dataclasses.dataclass(frozen=True)
 class Inclusion:
     index: int
     tree_size: int
@@ -80,21 +106,22 @@ class Inclusion:
 
 
 class Checkpoints:
-    """Signs the checkpoint of the current tree, once per size."""
+    """Signs the checkpoint of the current tree of a log (by default the Decision log's), once per size."""
 
-    def __init__(self, store: Store, signer: note.NoteSigner) -> None:
+    def __init__(self, store: Store, signer: note.NoteSigner, log: Log = DECISIONS) -> None:
         self._store = store
         self._signer = signer
+        self._tree = log.merkle_tree
         self._latest: tuple[int, bytes] | None = None
 
     async def latest(self) -> bytes:
         """The signed note of the tree as it is now (c2sp.org/tlog-checkpoint)."""
-        size = await tree.size(self._store)
+        size = await self._tree.size(self._store)
         latest = self._latest
         if latest is not None and latest[0] >= size:
             # Another request already signed this size, or a later one (which is as current).
             return latest[1]
-        root = await merkle.root(tree.fetcher(self._store), size)
+        root = await merkle.root(self._tree.fetcher(self._store), size)
         signed = self._signer.sign(note.Checkpoint(self._signer.origin, size, root).text())
         if self._latest is None or self._latest[0] < size:
             self._latest = (size, signed)
@@ -131,7 +158,7 @@ class Witnessed:
         if found is None:
             raise NotWitnessed()
         # Ed25519 signatures are deterministic: this is the note the witnesses were sent.
-        root = await merkle.root(tree.fetcher(self._store), found.tree_size)
+        root = await merkle.root(tree.DECISIONS.fetcher(self._store), found.tree_size)
         signed = self._signer.sign(note.Checkpoint(self._signer.origin, found.tree_size, root).text())
         return found.tree_size, signed + b"".join(found.lines[vkey].encode() + b"\n" for vkey in vkeys if vkey in found.lines)
 
@@ -148,32 +175,33 @@ async def tlog_proof(store: Store, witnessed: Witnessed, seq: int) -> bytes:
     return proof.TlogProof(decision.jws.encode(), index, hashes, signed).render()
 
 
-async def inclusion(store: Store, seq: int, size: int | None) -> Inclusion:
-    """The RFC 9162 inclusion proof of Decision ``seq`` in the tree of ``size`` (default: the
-    current tree). Raises :class:`DecisionNotFound` for a number with no Decision and
-    :class:`errors.InvalidInput` for a size that does not hold it or that the tree has not reached."""
-    read = await tree.read_inclusion(store, seq=seq, size=size)
+async def inclusion(store: Store, seq: int, size: int | None, log: Log = DECISIONS) -> Inclusion:
+    """The RFC 9162 inclusion proof of ``log``'s entry ``seq`` (by default Decision ``seq``) in the
+    tree of ``size`` (default: the current tree). Raises ``log.not_found`` for a number with no
+    entry and :class:`errors.InvalidInput` for a size that does not hold it or that the tree has
+    not reached."""
+    read = await log.merkle_tree.read_inclusion(store, number=seq, size=size)
     index = read.leaf_index
     if index is None:
-        raise DecisionNotFound()
+        raise log.not_found()
     if size is None:
         size = read.size
     if size <= index:
-        raise errors.InvalidInput(f"size must be at least {index + 1}: Decision {seq} is leaf {index}")
+        raise errors.InvalidInput(f"size must be at least {index + 1}: {log.noun} {seq} is leaf {index}")
     if size > read.size:
         raise errors.InvalidInput(f"size must be at most {read.size}, the size of the tree")
     return Inclusion(index, size, await merkle.inclusion_proof(read.fetch, index, size))
 
 
-async def consistency(store: Store, old: int | None, new: int | None) -> tuple[int, list[bytes]]:
-    """The RFC 9162 consistency proof from the tree of ``old`` leaves to that of ``new`` (default:
+async def consistency(store: Store, old: int | None, new: int | None, log: Log = DECISIONS) -> tuple[int, list[bytes]]:
+    """The RFC 9162 consistency proof from ``log``'s tree of ``old`` leaves to that of ``new`` (default:
     the current tree), none when they are equal, with ``new``. Raises :class:`errors.InvalidInput`
     unless 1 <= ``old`` <= ``new`` <= the tree's size."""
     if old is None:
         raise errors.InvalidInput("from is required")
     if old < 1:
         raise errors.InvalidInput("from must be at least 1")
-    read = await tree.read_consistency(store, old=old, new=new)
+    read = await log.merkle_tree.read_consistency(store, old=old, new=new)
     if new is None:
         new = read.size
     if old > new:

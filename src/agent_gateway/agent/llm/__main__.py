@@ -13,7 +13,7 @@ from pathlib import Path
 
 from agent_gateway.agent import serve
 from agent_gateway.agent.client import URL_ENV
-from agent_gateway.agent.llm.agent import LLMAgent, Settings
+from agent_gateway.agent.llm.settings import Settings
 
 DEFAULTS = Settings(model="")
 
@@ -61,6 +61,9 @@ def main() -> int:
     args = parser().parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     settings = Settings(**vars(args))
+    # Imported here: the parser is read by the gateway too (ledger.instructions), without the llm extra.
+    from agent_gateway.agent.llm.agent import LLMAgent
+
     agent = LLMAgent(settings, os.environ.get(URL_ENV, ""))
     return serve(agent.handle)
 

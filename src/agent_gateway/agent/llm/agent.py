@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import dataclasses
 import os
-from pathlib import Path
 
 from pydantic_ai import Agent, AgentRunError, UsageLimits
 from pydantic_ai.mcp import MCPToolset
@@ -14,25 +12,10 @@ from agent_gateway import clock
 from agent_gateway.agent import AsyncClient, Run
 from agent_gateway.agent.llm import faults, models, providers
 from agent_gateway.agent.llm.sessions import SessionStore
+from agent_gateway.agent.llm.settings import Settings
 
 # How often a tool the model called badly may be retried with the error shown to the model.
 TOOL_RETRIES = 3
-
-
-@dataclasses.dataclass(frozen=True)
-class Settings:
-    """The agent's settings (its command-line options, see ``__main__``)."""
-
-    model: str
-    base_url: str | None = None
-    api_key_env: str | None = None
-    instructions: Path = Path("instructions.md")
-    sessions: Path = Path("sessions")
-    history: int = 20
-    max_turns: int = 10
-    max_tool_calls: int = 20
-    timeout: float = 60.0
-    retries: int = 2
 
 
 class LLMAgent:

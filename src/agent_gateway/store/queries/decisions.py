@@ -137,7 +137,7 @@ async def insert(
         for d, text, leaf in zip(published, statements, leaves, strict=True)
     ]
     await direct.run_many(conn, _INSERT, rows)
-    await tree.write(conn, growth)
+    await tree.DECISIONS.write(conn, growth)
     if deliveries:
         await webhooks.insert(conn, deliveries, channel=channel)
     if watched:

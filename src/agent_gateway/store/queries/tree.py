@@ -1,6 +1,8 @@
-"""The Merkle tree over the Decision log: the stored hashes of its complete subtrees.
+"""The Merkle trees over the logs (the Decision log, the Run ledger): the stored hashes of
+their complete subtrees, one table per log, the same code for each (:class:`Tree`).
 
-Leaf ``i`` is the ``i``-th Decision by ``seq``; its data is the Decision's JWS.
+In the Decision log leaf ``i`` is the ``i``-th Decision by ``seq``; its data is the Decision's JWS.
+(The Run ledger's is ``store.queries.ledger``'s, and the same holds of it with its own lock.)
 The tree grows in the transaction that writes its Decisions (see
 ``decisions.service.publish_many``), after their numbers are drawn: the lock
 that orders publishers (``store.queries.decisions.draw_numbers``) orders leaves too,
@@ -35,16 +37,8 @@ from agent_gateway.store.engine import Store, on_commit
 # append completes are adjacent, and every append writes at the end of the primary key.
 LEVEL_BITS = 6
 
-# The tree's size: the newest node is the last leaf's (its level the highest of that leaf).
-_CURRENT = "(SELECT coalesce((max(node) >> :bits) + 1, 0) FROM decision_tree)"
-_SIZE = direct.Query(sa.text("SELECT " + _CURRENT))
-# Many nodes in one statement: PostgreSQL takes an array, SQLite a JSON array.
-_NODES = {
-    "postgresql": direct.Query(sa.text("SELECT node, hash FROM decision_tree WHERE node = ANY(CAST(:keys AS BIGINT[]))")),
-    "sqlite": direct.Query(sa.text("SELECT node, hash FROM decision_tree WHERE node IN (SELECT value FROM json_each(:keys))")),
-}
-# A proof in one statement: the tree's size, the leaf's index (an inclusion proof), and the nodes
-# the proof can need, whose keys follow from those. Which nodes are needed is settled by
+# The proof statement: a proof in one statement: the tree's size, the leaf's index (an inclusion proof), and
+# the nodes the proof can need, whose keys follow from those. Which nodes are needed is settled by
 # ``merkle`` from what is read; the statement reads a superset, of at most three
 # nodes per level (tests/transparency/test_tree.py checks it against every proof of small trees):
 #   - the sibling of each node on the path of the leaf (for a consistency proof: the old tree's
@@ -57,53 +51,90 @@ _NODES = {
 # Nodes the reader has cached are not read: those at level :low or above that end before leaf
 # :cached. Every complete node of level v ends before leaf (n >> v) << v, which shrinks as v
 # grows: the levels stop at :low once that is within the cache, whatever the size of the tree.
-_PROOF_NODES = (
-    "l(v) AS (SELECT 0 UNION ALL SELECT v + 1 FROM l, p WHERE (p.n >> (v + 1)) > 0"
-    " AND (v + 1 < :low OR ((p.n >> (v + 1)) << (v + 1)) > CAST(:cached AS BIGINT))), "
-    "k(node) AS ("
-    " SELECT ((((((p.leaf >> v) + 1 - 2 * ((p.leaf >> v) & 1)) + 1) << v) - 1) << :bits) | v FROM p, l"
-    " UNION ALL SELECT ((((p.n >> v) << v) - 1) << :bits) | v FROM p, l WHERE (p.n >> v) & 1 = 1"
-    " UNION ALL SELECT ((p.m - 1) << :bits) | v FROM p, l WHERE ((p.m >> v) << v) = p.m AND (p.m >> v) & 1 = 1) "
-    "SELECT NULL, NULL, p.leaf, p.cur FROM p "
-    "UNION ALL SELECT t.node, t.hash, NULL, NULL FROM k JOIN decision_tree AS t ON t.node = k.node"
-    " WHERE (k.node & ((1 << :bits) - 1)) < :low OR k.node >= (CAST(:cached AS BIGINT) << :bits)"
-)
-_INCLUSION = direct.Query(
-    sa.text(
-        "WITH RECURSIVE s(leaf, cur) AS (SELECT (SELECT CAST(leaf_index AS BIGINT) FROM decisions WHERE seq = :seq), "
-        + _CURRENT
-        + "), p(leaf, m, n, cur) AS (SELECT leaf, CAST(NULL AS BIGINT), coalesce(CAST(:size AS BIGINT), cur), cur FROM s), "
-        + _PROOF_NODES
-    )
-)
-_CONSISTENCY = direct.Query(
-    sa.text(
-        "WITH RECURSIVE s(cur) AS (SELECT "
-        + _CURRENT
-        + "), p(leaf, m, n, cur) AS (SELECT CAST(:old AS BIGINT) - 1, CAST(:old AS BIGINT), coalesce(CAST(:new AS BIGINT), cur), cur FROM s), "
-        + _PROOF_NODES
-    )
-)
-# The frontier in one statement: the newest node tells the size n, and the frontier is the
-# subtree (L, (n >> L) - 1) for each bit L set in n; one primary-key lookup each.
-_FRONTIER = {
-    "postgresql": direct.Query(
-        sa.text(
-            "WITH s AS (SELECT coalesce((max(node) >> :bits) + 1, 0) AS n FROM decision_tree) "
-            "SELECT t.node, t.hash FROM s CROSS JOIN generate_series(0, 62) AS l "
-            "JOIN decision_tree AS t ON t.node = ((((s.n >> l) << l) - 1) << :bits) | l "
-            "WHERE (s.n >> l) & 1 = 1"
+#
+# The frontier statement: the newest node tells the size n, and the frontier is the subtree (L, (n >> L) - 1)
+# for each bit L set in n; one primary-key lookup each.
+
+
+@dataclasses.dataclass(frozen=True)
+class _Queries:
+    """One tree's statements: its nodes in ``table``, its leaves' indexes by ``leaf`` (a SELECT of
+    the index of the leaf numbered ``:number``, or no row)."""
+
+    size: direct.Query
+    insert: direct.Query
+    nodes: dict[str, direct.Query]
+    inclusion: direct.Query
+    consistency: direct.Query
+    frontier: dict[str, direct.Query]
+
+    @classmethod
+    def of(cls, table: str, leaf: str) -> _Queries:
+        # The tree's size: the newest node is the last leaf's (its level the highest of that leaf).
+        current = f"(SELECT coalesce((max(node) >> :bits) + 1, 0) FROM {table})"
+        proof_nodes = (
+            "l(v) AS (SELECT 0 UNION ALL SELECT v + 1 FROM l, p WHERE (p.n >> (v + 1)) > 0"
+            " AND (v + 1 < :low OR ((p.n >> (v + 1)) << (v + 1)) > CAST(:cached AS BIGINT))), "
+            "k(node) AS ("
+            " SELECT ((((((p.leaf >> v) + 1 - 2 * ((p.leaf >> v) & 1)) + 1) << v) - 1) << :bits) | v FROM p, l"
+            " UNION ALL SELECT ((((p.n >> v) << v) - 1) << :bits) | v FROM p, l WHERE (p.n >> v) & 1 = 1"
+            " UNION ALL SELECT ((p.m - 1) << :bits) | v FROM p, l WHERE ((p.m >> v) << v) = p.m AND (p.m >> v) & 1 = 1) "
+            "SELECT NULL, NULL, p.leaf, p.cur FROM p "
+            f"UNION ALL SELECT t.node, t.hash, NULL, NULL FROM k JOIN {table} AS t ON t.node = k.node"
+            " WHERE (k.node & ((1 << :bits) - 1)) < :low OR k.node >= (CAST(:cached AS BIGINT) << :bits)"
         )
-    ),
-    "sqlite": direct.Query(
-        sa.text(
-            "WITH RECURSIVE s(n) AS (SELECT coalesce((max(node) >> :bits) + 1, 0) FROM decision_tree), "
-            "l(v) AS (SELECT 0 UNION ALL SELECT v + 1 FROM l, s WHERE (n >> (v + 1)) > 0) "
-            "SELECT t.node, t.hash FROM l, s JOIN decision_tree AS t ON t.node = ((((n >> v) << v) - 1) << :bits) | v "
-            "WHERE (n >> v) & 1"
+        return cls(
+            size=direct.Query(sa.text("SELECT " + current)),
+            insert=direct.Query(
+                sa.text(
+                    f"INSERT INTO {table} (node, hash) "
+                    "SELECT * FROM unnest(CAST(:keys AS bigint[]), CAST(:hashes AS bytea[]))"
+                )
+            ),
+            # Many nodes in one statement: PostgreSQL takes an array, SQLite a JSON array.
+            nodes={
+                "postgresql": direct.Query(
+                    sa.text(f"SELECT node, hash FROM {table} WHERE node = ANY(CAST(:keys AS BIGINT[]))")
+                ),
+                "sqlite": direct.Query(
+                    sa.text(f"SELECT node, hash FROM {table} WHERE node IN (SELECT value FROM json_each(:keys))")
+                ),
+            },
+            inclusion=direct.Query(
+                sa.text(
+                    f"WITH RECURSIVE s(leaf, cur) AS (SELECT ({leaf}), {current}), "
+                    "p(leaf, m, n, cur) AS (SELECT leaf, CAST(NULL AS BIGINT), coalesce(CAST(:size AS BIGINT), cur), cur FROM s), "
+                    + proof_nodes
+                )
+            ),
+            consistency=direct.Query(
+                sa.text(
+                    f"WITH RECURSIVE s(cur) AS (SELECT {current}), "
+                    "p(leaf, m, n, cur) AS (SELECT CAST(:old AS BIGINT) - 1, CAST(:old AS BIGINT), coalesce(CAST(:new AS BIGINT), cur), cur FROM s), "
+                    + proof_nodes
+                )
+            ),
+            frontier={
+                "postgresql": direct.Query(
+                    sa.text(
+                        f"WITH s AS (SELECT coalesce((max(node) >> :bits) + 1, 0) AS n FROM {table}) "
+                        "SELECT t.node, t.hash FROM s CROSS JOIN generate_series(0, 62) AS l "
+                        f"JOIN {table} AS t ON t.node = ((((s.n >> l) << l) - 1) << :bits) | l "
+                        "WHERE (s.n >> l) & 1 = 1"
+                    )
+                ),
+                "sqlite": direct.Query(
+                    sa.text(
+                        f"WITH RECURSIVE s(n) AS (SELECT coalesce((max(node) >> :bits) + 1, 0) FROM {table}), "
+                        "l(v) AS (SELECT 0 UNION ALL SELECT v + 1 FROM l, s WHERE (n >> (v + 1)) > 0) "
+                        f"SELECT t.node, t.hash FROM l, s JOIN {table} AS t ON t.node = ((((n >> v) << v) - 1) << :bits) | v "
+                        "WHERE (n >> v) & 1"
+                    )
+                ),
+            },
         )
-    ),
-}
+
+
 # The cache (:class:`Cached`) holds the levels of the tree from CACHE_MIN_LEVEL, or from the one
 # that leaves CACHE_LEVELS above it when the tree is taller: at most 2 ** (CACHE_LEVELS + 1)
 # nodes, about 7 MB. The 2 ** CACHE_MIN_LEVEL leaves' nodes below those are stored next to
@@ -154,53 +185,6 @@ class _Committed:
     frontier: list[bytes]
 
 
-# Per engine (one per Store): set only once the growth's transaction has committed.
-_committed: weakref.WeakKeyDictionary[sa.Engine, _Committed] = weakref.WeakKeyDictionary()
-
-
-async def growth(conn: AsyncConnection, numbers: Sequence[int], leaves: Sequence[bytes]) -> Growth:
-    """What appending the Decisions' JWS ``leaves`` writes, in the caller's transaction after
-    their ``numbers`` were drawn (``store.queries.decisions.draw_numbers``).
-
-    The frontier is read (one statement) unless this process's last committed growth left it
-    and those numbers follow on from that growth's: every publisher draws numbers under the
-    lock that orders them, so no other Decision has been committed since, and the tree is as
-    that growth left it. A rolled-back publish leaves nothing here (it may burn numbers, which
-    only makes the next growth read).
-    """
-    engine = conn.sync_engine
-    committed = _committed.get(engine)
-    if committed is not None and committed.next_number == numbers[0]:
-        size, frontier = committed.size, committed.frontier
-    else:
-        stored = _hashes(await direct.run(conn, _FRONTIER[conn.dialect.name], bits=LEVEL_BITS))
-        # The lowest subtree of the frontier ends at the newest leaf: (index + 1) << level is the size.
-        size = max(((index + 1) << level for level, index in stored), default=0)
-        frontier = [stored[node] for node in merkle.subtrees(0, size)]
-    completed, grown = merkle.appended(frontier, size, [merkle.leaf_hash(leaf) for leaf in leaves])
-    after = _Committed(numbers[-1] + 1, size + len(leaves), grown)
-    on_commit(conn, lambda: _committed.__setitem__(engine, after))
-    return Growth(size, [(key(node), hash_) for node, hash_ in completed])
-
-
-@functools.lru_cache(maxsize=256)
-def _sqlite_insert(count: int) -> str:
-    # One statement for all of a growth's nodes: SQLite runs a multi-row VALUES list once, where
-    # an executemany resets and steps a statement for each row (a third less time for 32 nodes).
-    return "INSERT INTO decision_tree (node, hash) VALUES " + ", ".join(["(?, ?)"] * count)
-
-
-async def write(conn: AsyncConnection, growth: Growth) -> None:
-    """Write ``growth``'s nodes on SQLite (on PostgreSQL they go in with the Decisions: ``store.queries.decisions``)."""
-    await direct.run_sqlite(conn, _sqlite_insert(len(growth.nodes)), [value for node in growth.nodes for value in node])
-
-
-async def size(store: Store) -> int:
-    """How many Decisions the tree holds (committed ones only)."""
-    [(count,)] = await store.fetch(_SIZE, bits=LEVEL_BITS)
-    return int(count)
-
-
 @dataclasses.dataclass(frozen=True)
 class Cached:
     """Every stored node at ``level`` or above that ends within the tree's first ``size`` leaves.
@@ -223,7 +207,7 @@ class _Cache:
         self.cached = Cached(CACHE_MIN_LEVEL, 0, {})
         self._extending = asyncio.Lock()
 
-    async def extend(self, store: Store, size: int) -> None:
+    async def extend(self, fetch: merkle.Fetch, size: int) -> None:
         """Read the nodes of the cached levels that the tree's first ``size`` leaves complete,
         or those of the next CACHE_STEP << level leaves when that is fewer."""
         if size <= self.cached.size:
@@ -241,23 +225,8 @@ class _Cache:
                 hashes = {node: hash_ for node, hash_ in hashes.items() if node[0] >= level}
             wanted = [(v, index) for v in range(level, size.bit_length()) for index in range(cached.size >> v, size >> v)]
             if wanted:
-                hashes.update(await fetcher(store)(wanted))
+                hashes.update(await fetch(wanted))
             self.cached = Cached(level, size, hashes)
-
-
-_caches: weakref.WeakKeyDictionary[Store, _Cache] = weakref.WeakKeyDictionary()
-
-
-def cached(store: Store) -> Cached:
-    """The nodes ``store``'s proofs take from memory (what they read is kept for the next)."""
-    return _cache(store).cached
-
-
-def _cache(store: Store) -> _Cache:
-    cache = _caches.get(store)
-    if cache is None:
-        cache = _caches[store] = _Cache()
-    return cache
 
 
 @dataclasses.dataclass(frozen=True)
@@ -287,33 +256,101 @@ class _Read(dict[merkle.Node, bytes]):
         return self.cached[node]
 
 
-async def _read_proof(store: Store, query: direct.Query, **params: object) -> ProofRead:
-    cache = _cache(store)
-    cached = cache.cached
-    rows = await store.fetch(query, bits=LEVEL_BITS, low=cached.level, cached=cached.size, **params)
-    [(leaf, size)] = [row[2:] for row in rows if row[0] is None]
-    read = _hashes([row[:2] for row in rows if row[0] is not None])  # type: ignore[misc]
-    # The next proofs take what this tree has added to the cached levels from memory.
-    await cache.extend(store, int(size))  # type: ignore[call-overload]
-    return ProofRead(int(size), None if leaf is None else int(leaf), _Read(read, cached.hashes))  # type: ignore[call-overload]
+@functools.lru_cache(maxsize=256)
+def _sqlite_insert(table: str, count: int) -> str:
+    # One statement for all of a growth's nodes: SQLite runs a multi-row VALUES list once, where
+    # an executemany resets and steps a statement for each row (a third less time for 32 nodes).
+    return f"INSERT INTO {table} (node, hash) VALUES " + ", ".join(["(?, ?)"] * count)
 
 
-async def read_inclusion(store: Store, *, seq: int, size: int | None) -> ProofRead:
-    """In one statement, what the inclusion proof of the Decision numbered ``seq`` in the tree of
-    ``size`` (None: the tree as it is) needs and the cache lacks; committed Decisions only."""
-    return await _read_proof(store, _INCLUSION, seq=seq, size=size)
+class Tree:
+    """One log's Merkle tree: its nodes in ``table``; ``leaf`` the SELECT of the leaf index of the
+    entry numbered ``:number`` (no row when there is none). Every log's tree is this one code."""
+
+    def __init__(self, table: str, leaf: str) -> None:
+        self.table = table
+        self._queries = _Queries.of(table, leaf)
+        # Per engine (one per Store): set only once the growth's transaction has committed.
+        self._committed: weakref.WeakKeyDictionary[sa.Engine, _Committed] = weakref.WeakKeyDictionary()
+        self._caches: weakref.WeakKeyDictionary[Store, _Cache] = weakref.WeakKeyDictionary()
+
+    async def growth(self, conn: AsyncConnection, numbers: Sequence[int], leaves: Sequence[bytes]) -> Growth:
+        """What appending the entries' ``leaves`` writes, in the caller's transaction after
+        their ``numbers`` were drawn (for Decisions ``store.queries.decisions.draw_numbers``).
+
+        The frontier is read (one statement) unless this process's last committed growth left it
+        and those numbers follow on from that growth's: every writer draws numbers under the
+        lock that orders them, so no other entry has been committed since, and the tree is as
+        that growth left it. A rolled-back write leaves nothing here (it may burn numbers, which
+        only makes the next growth read).
+        """
+        engine = conn.sync_engine
+        committed = self._committed.get(engine)
+        if committed is not None and committed.next_number == numbers[0]:
+            size, frontier = committed.size, committed.frontier
+        else:
+            stored = _hashes(await direct.run(conn, self._queries.frontier[conn.dialect.name], bits=LEVEL_BITS))
+            # The lowest subtree of the frontier ends at the newest leaf: (index + 1) << level is the size.
+            size = max(((index + 1) << level for level, index in stored), default=0)
+            frontier = [stored[node] for node in merkle.subtrees(0, size)]
+        completed, grown = merkle.appended(frontier, size, [merkle.leaf_hash(leaf) for leaf in leaves])
+        after = _Committed(numbers[-1] + 1, size + len(leaves), grown)
+        on_commit(conn, lambda: self._committed.__setitem__(engine, after))
+        return Growth(size, [(key(node), hash_) for node, hash_ in completed])
+
+    async def write(self, conn: AsyncConnection, growth: Growth) -> None:
+        """Write ``growth``'s nodes (the Decision log does so on SQLite only: on PostgreSQL its
+        Decisions' statement writes them, ``store.queries.decisions``)."""
+        if conn.dialect.name == "postgresql":
+            await direct.run(conn, self._queries.insert, keys=[k for k, _ in growth.nodes], hashes=[h for _, h in growth.nodes])
+            return
+        values = [value for node in growth.nodes for value in node]
+        await direct.run_sqlite(conn, _sqlite_insert(self.table, len(growth.nodes)), values)
+
+    async def size(self, store: Store) -> int:
+        """How many leaves the tree holds (committed ones only)."""
+        [(count,)] = await store.fetch(self._queries.size, bits=LEVEL_BITS)
+        return int(count)
+
+    def cached(self, store: Store) -> Cached:
+        """The nodes ``store``'s proofs take from memory (what they read is kept for the next)."""
+        return self._cache(store).cached
+
+    def _cache(self, store: Store) -> _Cache:
+        cache = self._caches.get(store)
+        if cache is None:
+            cache = self._caches[store] = _Cache()
+        return cache
+
+    async def _read_proof(self, store: Store, query: direct.Query, **params: object) -> ProofRead:
+        cache = self._cache(store)
+        cached = cache.cached
+        rows = await store.fetch(query, bits=LEVEL_BITS, low=cached.level, cached=cached.size, **params)
+        [(leaf, size)] = [row[2:] for row in rows if row[0] is None]
+        read = _hashes([row[:2] for row in rows if row[0] is not None])  # type: ignore[misc]
+        # The next proofs take what this tree has added to the cached levels from memory.
+        await cache.extend(self.fetcher(store), int(size))  # type: ignore[call-overload]
+        return ProofRead(int(size), None if leaf is None else int(leaf), _Read(read, cached.hashes))  # type: ignore[call-overload]
+
+    async def read_inclusion(self, store: Store, *, number: int, size: int | None) -> ProofRead:
+        """In one statement, what the inclusion proof of the entry numbered ``number`` in the tree of
+        ``size`` (None: the tree as it is) needs and the cache lacks; committed entries only."""
+        return await self._read_proof(store, self._queries.inclusion, number=number, size=size)
+
+    async def read_consistency(self, store: Store, *, old: int, new: int | None) -> ProofRead:
+        """In one statement, what the consistency proof from the tree of ``old`` (at least 1) to
+        that of ``new`` (None: the tree as it is) needs and the cache lacks."""
+        return await self._read_proof(store, self._queries.consistency, old=old, new=new)
+
+    def fetcher(self, store: Store) -> merkle.Fetch:
+        """Reads stored nodes for ``merkle``, all of a proof's in one statement."""
+        query = self._queries.nodes[store.dialect]
+
+        async def fetch(nodes: Sequence[merkle.Node]) -> Mapping[merkle.Node, bytes]:
+            return _hashes(await store.fetch(query, keys=_keys(store.dialect, nodes)))
+
+        return fetch
 
 
-async def read_consistency(store: Store, *, old: int, new: int | None) -> ProofRead:
-    """In one statement, what the consistency proof from the tree of ``old`` (at least 1) to
-    that of ``new`` (None: the tree as it is) needs and the cache lacks."""
-    return await _read_proof(store, _CONSISTENCY, old=old, new=new)
-
-
-def fetcher(store: Store) -> merkle.Fetch:
-    """Reads stored nodes for ``merkle``, all of a proof's in one statement."""
-
-    async def fetch(nodes: Sequence[merkle.Node]) -> Mapping[merkle.Node, bytes]:
-        return _hashes(await store.fetch(_NODES[store.dialect], keys=_keys(store.dialect, nodes)))
-
-    return fetch
+# The Decision log's tree: leaf i is the i-th Decision by seq, its data the Decision's JWS.
+DECISIONS = Tree("decision_tree", "SELECT CAST(leaf_index AS BIGINT) FROM decisions WHERE seq = :number")

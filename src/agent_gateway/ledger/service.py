@@ -1,0 +1,81 @@
+"""Writing the Run ledger: the instructions at start, each Run's entry in the transaction that
+starts it (so the ledger and the Runs never disagree), and reading its entries."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from agent_gateway import clock, errors
+from agent_gateway.ledger import entries
+from agent_gateway.store import window as windows
+from agent_gateway.store.engine import Store
+from agent_gateway.store.queries import ledger as queries
+from agent_gateway.store.queries.runs import Run
+from agent_gateway.store.queries.signals import Signal
+from agent_gateway.transparency import service as transparency
+
+class EntryNotFound(errors.NotFound):
+    """No ledger entry has this number."""
+
+
+# The ledger as the transparency service proves it (checkpoints, inclusion, consistency).
+LOG = transparency.Log(queries.TREE, "entry", EntryNotFound)
+
+
+class Ledger:
+    """One process's writer of the ledger: the instructions it runs under, then its Runs."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        # The number of the instructions entry in force, once :meth:`record_instructions` ran.
+        self.instructions_seq: int | None = None
+
+    async def record_instructions(self, instructions: dict[str, Any]) -> int:
+        """Append an instructions entry unless the newest one holds these ``instructions``; the
+        number of the entry in force. Under the ledger's lock, so two processes starting at once
+        with the same instructions write one entry."""
+        wanted = entries.canonical(instructions)
+        async with self.store.transaction() as conn:
+            await queries.lock(conn)
+            last = await queries.last_instructions(conn)
+            if last is not None and entries.canonical(orjson.loads(last.leaf)["instructions"]) == wanted:
+                seq = last.seq
+            else:
+                leaf = entries.instructions(instructions, clock.now_iso())
+                [seq] = await queries.append(conn, [queries.New(entries.INSTRUCTIONS, leaf)])
+        self.instructions_seq = seq
+        return seq
+
+    async def started(self, conn: AsyncConnection, signal: Signal, runs: Sequence[Run], started_at: str) -> None:
+        """Append the entries of ``runs`` of ``signal``, started at ``started_at`` in ``conn``'s transaction."""
+        if not runs:
+            return
+        if self.instructions_seq is None:
+            raise RuntimeError("the ledger records Runs once the instructions are recorded")
+        await queries.append(conn, [
+            queries.New(
+                entries.RUN,
+                entries.run(
+                    run_id=run.id, signal_id=signal.id, kind=signal.kind, session=run.session, prompt=run.prompt,
+                    payload=signal.payload, instructions_seq=self.instructions_seq, started_at=started_at,
+                ),
+                run.id,
+            )
+            for run in runs
+        ])
+
+
+async def read(store: Store, window: windows.Window) -> list[queries.Entry]:
+    return await queries.window(store, window=window)
+
+
+async def get(store: Store, seq: int) -> queries.Entry:
+    """Entry ``seq``; raises :class:`EntryNotFound`."""
+    entry = await queries.get(store, seq=seq)
+    if entry is None:
+        raise EntryNotFound()
+    return entry

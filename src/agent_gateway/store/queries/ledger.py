@@ -1,0 +1,144 @@
+"""Queries on the Run ledger (issue 41): its entries and its Merkle tree (``store.queries.tree``).
+
+Entries are numbered from 1 without gaps; entry ``seq`` is leaf ``seq - 1`` of the ledger's
+tree, its data the entry's ``leaf`` bytes. They are written as Decisions are (the Decision log's
+``draw_numbers``), under a lock that orders every writer until commit: on SQLite the write lock
+every writing transaction takes (BEGIN IMMEDIATE), on PostgreSQL a transaction-scoped advisory
+lock of the ledger's own, taken with a draw of a sequence in one statement. The tree grows in
+the same transaction, and an entry's number is its leaf's index + 1: a rolled-back write leaves
+no entry and no gap, and entries are committed in number order in every process.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from agent_gateway.store import direct
+from agent_gateway.store import window as windows
+from agent_gateway.store.engine import Store
+from agent_gateway.store.queries import tree
+from agent_gateway.store.tables import ledger_entries
+
+INSTRUCTIONS, RUN = "instructions", "run"
+# Any constant shared by every writer of the ledger: the key of the advisory lock that orders them.
+_APPEND_LOCK_KEY = 0x4C65_6467  # "Ledg"
+
+TREE = tree.Tree("ledger_tree", "SELECT CAST(seq - 1 AS BIGINT) FROM ledger_entries WHERE seq = :number")
+
+# The sequence that tells a writer whether another one wrote since its last growth (tree.Tree.growth):
+# drawn with the lock in one statement, as Decisions' numbers are; a rolled-back write burns a draw,
+# which only makes the next growth read the frontier. Entry numbers come from the tree's size.
+POSTGRES_SEQUENCE = "ledger_draws"
+_POSTGRES_DRAW = direct.Query(
+    sa.text(
+        f"SELECT pg_advisory_xact_lock({_APPEND_LOCK_KEY}), nextval('{POSTGRES_SEQUENCE}') "
+        "FROM generate_series(1, :count)"
+    )
+)
+_POSTGRES_LOCK = direct.Query(sa.text(f"SELECT pg_advisory_xact_lock({_APPEND_LOCK_KEY})"))
+# On SQLite the write lock is held already: the next number is read.
+_SQLITE_NEXT = direct.Query(sa.text("SELECT coalesce(max(seq), 0) + 1 FROM ledger_entries"))
+# On PostgreSQL the entries and the tree's nodes go in with one statement (one round trip).
+_POSTGRES_INSERT = direct.Query(
+    sa.text(
+        "WITH nodes AS (INSERT INTO ledger_tree (node, hash) "
+        "SELECT * FROM unnest(CAST(:keys AS bigint[]), CAST(:hashes AS bytea[]))) "
+        "INSERT INTO ledger_entries (seq, kind, leaf, run_id) "
+        "SELECT * FROM unnest(CAST(:seqs AS bigint[]), CAST(:kinds AS varchar[]), CAST(:leaves AS text[]), "
+        "CAST(:run_ids AS varchar[]))"
+    )
+)
+_INSERT = direct.Query(
+    ledger_entries.insert()
+    .values({column: sa.bindparam(column) for column in ("seq", "kind", "leaf", "run_id")})
+    .inline()
+)
+_COLUMNS = (ledger_entries.c.seq, ledger_entries.c.kind, ledger_entries.c.leaf)
+_GET = direct.Query(sa.select(*_COLUMNS).where(ledger_entries.c.seq == sa.bindparam("number")))
+_LAST_INSTRUCTIONS = direct.Query(
+    sa.select(*_COLUMNS)
+    .where(ledger_entries.c.kind == INSTRUCTIONS)
+    .order_by(ledger_entries.c.seq.desc())
+    .limit(1)
+)
+_WINDOWS = windows.Queries(sa.select(*_COLUMNS), ledger_entries.c.seq)
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    """One entry: its number (its leaf's index + 1), its kind (``instructions`` or ``run``), and its leaf bytes."""
+
+    seq: int
+    kind: str
+    leaf: bytes
+
+
+@dataclasses.dataclass(frozen=True)
+class New:
+    """An entry to append: its kind, its leaf bytes, and the Run of a run entry."""
+
+    kind: str
+    leaf: bytes
+    run_id: str | None = None
+
+
+async def append(conn: AsyncConnection, new: Sequence[New]) -> list[int]:
+    """Append ``new`` entries in the caller's writing transaction, with the tree's nodes they
+    complete; their numbers. Holds the ledger's lock (PostgreSQL) until the transaction ends."""
+    if conn.dialect.name == "postgresql":
+        draws = sorted(number for _, number in await direct.run(conn, _POSTGRES_DRAW, count=len(new)))
+    else:
+        [(first,)] = await direct.run(conn, _SQLITE_NEXT)
+        draws = list(range(int(first), int(first) + len(new)))
+    growth = await TREE.growth(conn, draws, [entry.leaf for entry in new])
+    # Entry seq is leaf seq - 1: numbered by the tree, which only committed entries grew.
+    seqs = list(range(growth.first_leaf + 1, growth.first_leaf + 1 + len(new)))
+    if conn.dialect.name == "postgresql":
+        await direct.run(
+            conn, _POSTGRES_INSERT,
+            keys=[key for key, _ in growth.nodes], hashes=[hash_ for _, hash_ in growth.nodes], seqs=seqs,
+            kinds=[entry.kind for entry in new], leaves=[entry.leaf.decode() for entry in new],
+            run_ids=[entry.run_id for entry in new],
+        )
+        return seqs
+    await direct.run_many(
+        conn, _INSERT,
+        [
+            {"seq": seq, "kind": entry.kind, "leaf": entry.leaf.decode(), "run_id": entry.run_id}
+            for seq, entry in zip(seqs, new, strict=True)
+        ],
+    )
+    await TREE.write(conn, growth)
+    return seqs
+
+
+async def last_instructions(conn: AsyncConnection) -> Entry | None:
+    """The newest instructions entry, in ``conn``'s transaction (after :func:`lock`, the one in force)."""
+    rows = await direct.run(conn, _LAST_INSTRUCTIONS)
+    return _entry(rows[0]) if rows else None
+
+
+async def lock(conn: AsyncConnection) -> None:
+    """Take the ledger's lock in ``conn``'s writing transaction (PostgreSQL; SQLite's write lock is
+    already held), so that what is read next stays the newest until commit."""
+    if conn.dialect.name == "postgresql":
+        await direct.run(conn, _POSTGRES_LOCK)
+
+
+async def get(store: Store, *, seq: int) -> Entry | None:
+    rows = await store.fetch(_GET, number=seq)
+    return _entry(rows[0]) if rows else None
+
+
+async def window(store: Store, *, window: windows.Window) -> list[Entry]:
+    """The entries of a cursor window, ascending by number."""
+    return [_entry(row) for row in await _WINDOWS.rows(store, window)]
+
+
+def _entry(row: Sequence[object]) -> Entry:
+    seq, kind, leaf = row
+    return Entry(int(seq), str(kind), str(leaf).encode())  # type: ignore[call-overload]

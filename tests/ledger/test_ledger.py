@@ -1,0 +1,191 @@
+"""The Run ledger (issue 41) on both backends: instructions entries at start, one entry per Run
+in the transaction that starts it, gap-free numbering, and its tree."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import hashlib
+import sys
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+import rfc8785
+
+from agent_gateway import clock, config, merkle
+from agent_gateway.gateway import Gateway
+from agent_gateway.ledger import entries, instructions
+from agent_gateway.ledger.service import Ledger
+from agent_gateway.mcp import tools
+from agent_gateway.signals.handlers import Handlers, Prompt
+from agent_gateway.store.engine import Store
+from agent_gateway.store.queries import ledger as queries
+from agent_gateway.store.queries.runs import Run
+from agent_gateway.store.queries.signals import Signal
+from agent_gateway.store.window import Window
+from tests.signals.conftest import GatewayFactory, Recording, emit, finished, runs_of
+from tests.test_merkle import mth
+
+pytestmark = pytest.mark.processes
+
+TEMPLATE = {"note.received": {"template": "A note: {{ text }}", "session": "notes"}}
+
+
+class Fanout:
+    """A Python Handler (not inline): one Prompt per Session named in the payload."""
+
+    def handle(self, signal: Signal) -> list[Prompt]:
+        return [Prompt(f"prompt for {name}", name) for name in signal.payload["sessions"]]
+
+
+async def ledger(store: Store) -> list[dict[str, Any]]:
+    """Every entry, oldest first, parsed; each leaf checked to be its own canonical form."""
+    found = await queries.window(store, window=Window(after=0, limit=200))
+    assert [entry.seq for entry in found] == list(range(1, len(found) + 1))  # gap-free from 1
+    for entry in found:
+        assert rfc8785.dumps(orjson.loads(entry.leaf)) == entry.leaf
+    assert await queries.TREE.size(store) == len(found)
+    assert await merkle.root(queries.TREE.fetcher(store), len(found)) == mth([entry.leaf for entry in found])
+    return [orjson.loads(entry.leaf) for entry in found]
+
+
+async def restart(settings: config.Settings) -> list[dict[str, Any]]:
+    gateway = Gateway(settings)
+    await gateway.start()
+    try:
+        return await ledger(gateway.store)
+    finally:
+        await gateway.stop()
+
+
+async def test_instructions_are_entered_at_first_start_and_again_only_when_they_change(
+    settings: config.Settings,
+) -> None:
+    settings = dataclasses.replace(settings, handlers=TEMPLATE, runtime_env_pass=("HOME",))
+    [first] = await restart(settings)
+    assert first["type"] == "instructions"
+    told = first["instructions"]
+    assert told["handlers"] == [{"kind": "note.received", "template": "A note: {{ text }}", "session": "notes"}]
+    assert told["confinement"]["envPass"] == ["HOME"]  # the names only: no value appears
+    assert await restart(settings) == [first]
+    changed = dataclasses.replace(settings, handlers={"note.received": {"template": "Note: {{ text }}"}})
+    [_, second] = await restart(changed)
+    assert second["instructions"]["handlers"] == [{"kind": "note.received", "template": "Note: {{ text }}", "session": None}]
+    # Back to the first instructions: a change too, entered again.
+    assert [entry["instructions"] for entry in await restart(settings)] == [told, second["instructions"], told]
+
+
+async def test_a_python_handler_is_entered_by_name_and_source_digest(make_gateway: GatewayFactory) -> None:
+    gateway = await make_gateway(Recording(), register={"fanout": Fanout()})
+    [entry] = await ledger(gateway.store)
+    source = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
+    assert entry["instructions"]["handlers"] == [
+        {"kind": "fanout", "python": f"{__name__}.Fanout", "sourceSha256": source}
+    ]
+
+
+async def test_every_run_has_one_entry_written_as_it_starts(make_gateway: GatewayFactory) -> None:
+    gateway = await make_gateway(Recording(), register={"fanout": Fanout()}, handlers=TEMPLATE)
+    fanned = await emit(gateway.store, "fanout", {"sessions": ["alpha", "beta"]})
+    noted = await emit(gateway.store, "note.received", {"text": "hé", "big": 2**60})
+    for signal_id in (fanned, noted):
+        assert (await finished(gateway.store, signal_id)).state == "done"
+    [instructions, *run_entries] = await ledger(gateway.store)
+    runs = await runs_of(gateway.store, fanned) + await runs_of(gateway.store, noted)
+    assert len(run_entries) == len(runs) == 3
+    payloads = {fanned: {"sessions": ["alpha", "beta"]}, noted: None}  # 2**60 is beyond RFC 8785's numbers
+    for run, entry in zip(runs, run_entries, strict=True):
+        assert entry == {
+            "type": "run", "run": run.id, "signal": run.signal_id,
+            "kind": "fanout" if run.signal_id == fanned else "note.received", "session": run.session,
+            "prompt": hashlib.sha256(run.prompt.encode()).hexdigest(),
+            "payload": None if payloads[run.signal_id] is None
+            else hashlib.sha256(rfc8785.dumps(payloads[run.signal_id])).hexdigest(),
+            "instructions": 1, "startedAt": run.started_at,
+        }
+    assert instructions["type"] == "instructions"
+
+
+async def test_a_rolled_back_run_start_writes_no_entry(gateway: Gateway) -> None:
+    store = gateway.store
+    before = len(await ledger(store))
+    signal = Signal("5d6f3c1e-0000-4000-8000-000000000001", "k", {"a": 1}, clock.now_iso(), "processing", None)
+    run = Run("5d6f3c1e-0000-4000-8000-000000000002", signal.id, "s", "p", "running", None, None, None)
+    with pytest.raises(RuntimeError, match="rolled back"):
+        async with store.transaction() as conn:
+            await gateway.ledger.started(conn, signal, [run], clock.now_iso())
+            raise RuntimeError("rolled back")
+    assert len(await ledger(store)) == before
+    # The number the rolled-back entry drew is the next one's: no gap, and the tree follows.
+    async with store.transaction() as conn:
+        await gateway.ledger.started(conn, signal, [run], clock.now_iso())
+    assert len(await ledger(store)) == before + 1
+
+
+async def test_concurrent_writers_through_separate_stores_number_one_gap_free_ledger(gateway: Gateway) -> None:
+    """Two Stores (two connection pools, as two processes have) append at once: on PostgreSQL
+    the ledger's lock orders them; no number is skipped or taken twice, and the tree is whole."""
+    other = Store(gateway.settings.database_url)
+    try:
+        writers = [gateway.ledger, Ledger(other)]
+        writers[1].instructions_seq = gateway.ledger.instructions_seq
+        signal = Signal("5d6f3c1e-0000-4000-8000-00000000000a", "k", {}, clock.now_iso(), "processing", None)
+
+        async def write(writer: Ledger, n: int) -> None:
+            for i in range(10):
+                run = Run(f"5d6f3c1e-0000-4000-8000-{n:06d}{i:06d}", signal.id, "s", "p", "running", None, None, None)
+                async with writer.store.transaction() as conn:
+                    await writer.started(conn, signal, [run], clock.now_iso())
+
+        await asyncio.gather(*(write(writers[n % 2], n) for n in range(4)))
+        found = await ledger(gateway.store)
+        assert len({entry.get("run") for entry in found[1:]}) == len(found) - 1 == 40
+    finally:
+        await other.close()
+
+
+def test_leaves_are_rfc_8785_canonical_json() -> None:
+    # RFC 8785 section 3.2.2's ordering and escapes; numbers in ECMAScript form.
+    assert entries.canonical({"b": [1.0, 1e21, "\u20ac\n"], "a": True, "\u00e9": None}) == (
+        '{"a":true,"b":[1,1e+21,"\u20ac\\n"],"\u00e9":null}'.encode()
+    )
+    leaf = entries.run(
+        run_id="r", signal_id="s", kind="k", session=None, prompt="p", payload={"x": 1}, instructions_seq=3,
+        started_at="2026-11-28T00:00:00.000Z",
+    )
+    assert leaf == (
+        b'{"instructions":3,"kind":"k","payload":"' + hashlib.sha256(b'{"x":1}').hexdigest().encode()
+        + b'","prompt":"' + hashlib.sha256(b"p").hexdigest().encode()
+        + b'","run":"r","session":null,"signal":"s","startedAt":"2026-11-28T00:00:00.000Z","type":"run"}'
+    )
+
+
+def test_the_reference_llm_agent_is_entered_with_its_instructions_model_and_tools(
+    settings: config.Settings, tmp_path: Path
+) -> None:
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    (workspace / "told.md").write_text("Be kind to everyone.\n")
+    command = (sys.executable, "-m", "agent_gateway.agent.llm", "--model", "openai:gpt-4o", "--instructions", "told.md")
+    settings = dataclasses.replace(
+        settings, runtime_command=command, runtime_workdir=workspace, runtime_env_pass=("OPENAI_API_KEY",),
+        runtime_allow_hosts=(config.Address("api.openai.com", 443),),
+    )
+    told = instructions.collect(settings, Handlers(), object())
+    assert told["agent"] == {
+        "instructions": "Be kind to everyone.\n", "model": "openai:gpt-4o", "tools": sorted(tools.available()),
+    }
+    assert told["runtime"]["command"] == list(command)
+    # Every argument naming a file, the program's interpreter and the instructions file in the workdir too.
+    assert told["runtime"]["files"] == {
+        sys.executable: hashlib.sha256(Path(sys.executable).read_bytes()).hexdigest(),
+        "told.md": hashlib.sha256(b"Be kind to everyone.\n").hexdigest(),
+    }
+    assert told["confinement"] == {"sandbox": settings.runtime_sandbox, "allowHosts": ["api.openai.com:443"], "envPass": ["OPENAI_API_KEY"]}
+    # Another program is not the reference agent: nothing is read for it.
+    other = dataclasses.replace(settings, runtime_command=(sys.executable, str(workspace / "told.md")))
+    told = instructions.collect(other, Handlers(), object())
+    assert told["agent"] is None
+    assert told["runtime"]["files"][str(workspace / "told.md")] == hashlib.sha256(b"Be kind to everyone.\n").hexdigest()
