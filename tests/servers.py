@@ -36,8 +36,12 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import httpx
+import pytest
+
+T = TypeVar("T")
 
 CACHE = Path(os.environ.get("AGENT_GATEWAY_TEST_CACHE") or Path.home() / ".cache" / "agent-gateway-tests")
 INSTALL_TIMEOUT_S = 900.0
@@ -74,6 +78,24 @@ WITNESS = Package("aics-witness", "0.1.0", ("aics-witness==0.1.0", "aics-tlog==0
 # A Nostr relay in pure Python (Dave St.Germain's nostr-relay), run by uvicorn.
 RELAY = Package("nostr-relay", "1.14", ("nostr-relay==1.14",))
 PACKAGES = {"synapse": SYNAPSE, "witness": WITNESS, "relay": RELAY}
+
+
+@contextlib.contextmanager
+def required(start: Callable[[Path], contextlib.AbstractContextManager[T]], folder: Path, what: str) -> Iterator[T]:
+    """The server ``start(folder)`` runs, for a fixture: when it cannot be installed the test is
+    skipped with the reason, or fails where ``AGENT_GATEWAY_TEST_REQUIRE_<what>=1`` (``.ci/run``)."""
+    try:
+        context = start(folder)
+        server = context.__enter__()
+    except CannotInstall as exc:
+        variable = f"AGENT_GATEWAY_TEST_REQUIRE_{what}"
+        if os.environ.get(variable) == "1":
+            pytest.fail(f"{variable}=1 and {exc}")
+        pytest.skip(str(exc))
+    try:
+        yield server
+    finally:
+        context.__exit__(None, None, None)
 
 
 def install(package: Package) -> Path:

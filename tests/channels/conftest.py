@@ -4,13 +4,14 @@ client (matrix-nio, as the channel), and gateways serving the Matrix channel in 
 from __future__ import annotations
 
 import asyncio
+import signal
 import dataclasses
-import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
+import httpx
 import nio
 import pytest
 
@@ -20,8 +21,8 @@ from agent_gateway.runtimes import echo
 from agent_gateway.runtimes.failure import RunFailed
 from agent_gateway.store.queries.runs import Run
 from tests import servers
+from tests.served import ServedGateway
 
-REQUIRE_HOMESERVER = os.environ.get("AGENT_GATEWAY_TEST_REQUIRE_HOMESERVER") == "1"
 # Every wait on the homeserver or the gateway has this ceiling; none is a fixed sleep.
 CEILING_S = 180.0
 T = TypeVar("T")
@@ -30,17 +31,8 @@ T = TypeVar("T")
 @pytest.fixture(scope="session")
 def homeserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[servers.Homeserver]:
     """One Synapse for the session's Matrix tests (they share one xdist group, so one worker)."""
-    try:
-        context = servers.synapse(tmp_path_factory.mktemp("synapse"))
-        server = context.__enter__()
-    except servers.CannotInstall as exc:
-        if REQUIRE_HOMESERVER:
-            pytest.fail(f"AGENT_GATEWAY_TEST_REQUIRE_HOMESERVER=1 and {exc}")
-        pytest.skip(str(exc))
-    try:
+    with servers.required(servers.synapse, tmp_path_factory.mktemp("synapse"), "HOMESERVER") as server:
         yield server
-    finally:
-        context.__exit__(None, None, None)
 
 
 @pytest.fixture
@@ -181,3 +173,14 @@ async def people(running_homeserver: servers.Homeserver) -> AsyncIterator[Callab
     yield make
     for person in made:
         await person.close()
+
+
+async def store_and_kill(gateway: ServedGateway, user_id: str) -> None:
+    """An outbound Message of ``user_id`` stored while the network is down (its delivery pending or
+    failed), then ``serve`` killed with SIGKILL before it could send it."""
+    async with httpx.AsyncClient(timeout=CEILING_S) as client:
+        sent = await client.post(f"{gateway.agent_url}/messages", json={"userId": user_id, "text": "stored, then killed"})
+    assert sent.status_code == 201, sent.text
+    [delivery] = gateway.cli_json("channels", "deliveries")
+    assert delivery["state"] in ("pending", "failed") and delivery["message"] == sent.json()["id"]
+    assert gateway.stop(signal.SIGKILL) == -signal.SIGKILL

@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import signal
 from pathlib import Path
 
-import httpx
 import nio
 import pytest
 import sqlalchemy as sa
@@ -22,7 +20,7 @@ from agent_gateway.ops import metrics
 from agent_gateway.store.queries import channels as queries
 from agent_gateway.store.tables import channel_pairings, messages, users
 from tests import servers
-from tests.channels.conftest import CEILING_S, Deployment, Person, until
+from tests.channels.conftest import Deployment, Person, store_and_kill, until
 from tests.served import ServedGateway
 
 pytestmark = [pytest.mark.processes, pytest.mark.xdist_group("matrix")]
@@ -334,12 +332,7 @@ async def test_a_gateway_killed_between_storing_and_sending_sends_after_restart_
         user_id = first.cli_json("users", "add")["id"]
         assert first.cli("users", "link", user_id, f"matrix:{alice.user_id}").returncode == 0
         running_homeserver.stop()
-        async with httpx.AsyncClient(timeout=CEILING_S) as client:
-            sent = await client.post(f"{first.agent_url}/messages", json={"userId": user_id, "text": "stored, then killed"})
-        assert sent.status_code == 201, sent.text
-        [delivery] = first.cli_json("channels", "deliveries")
-        assert delivery["state"] in ("pending", "failed") and delivery["message"] == sent.json()["id"]
-        assert first.stop(signal.SIGKILL) == -signal.SIGKILL
+        await store_and_kill(first, user_id)
     running_homeserver.restart()
     # The same deployment on the same database, on new ports.
     second = ServedGateway.spawn_on_free_ports(directory, first.env)

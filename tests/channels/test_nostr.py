@@ -10,8 +10,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import os
-import signal
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -28,29 +26,19 @@ from agent_gateway.gateway import Gateway
 from agent_gateway.store.tables import channel_pairings, messages, users
 from agent_gateway.users import service as users_service
 from tests import servers
-from tests.channels.conftest import CEILING_S, HANDLERS, Deployment, until
+from tests.channels.conftest import CEILING_S, HANDLERS, Deployment, store_and_kill, until
 from tests.channels.test_matrix import all_delivered, count, has_state, log_of
 from tests.served import ServedGateway, run_cli, run_cli_here
 
 pytestmark = [pytest.mark.processes, pytest.mark.xdist_group("nostr")]
 
-REQUIRE_RELAY = os.environ.get("AGENT_GATEWAY_TEST_REQUIRE_RELAY") == "1"
 
 
 @pytest.fixture(scope="module")
 def relay(tmp_path_factory: pytest.TempPathFactory) -> Iterator[servers.Relay]:
     """One relay for this module's tests (one xdist group, so one worker)."""
-    try:
-        context = servers.relay(tmp_path_factory.mktemp("relay"))
-        server = context.__enter__()
-    except servers.CannotInstall as exc:
-        if REQUIRE_RELAY:
-            pytest.fail(f"AGENT_GATEWAY_TEST_REQUIRE_RELAY=1 and {exc}")
-        pytest.skip(str(exc))
-    try:
+    with servers.required(servers.relay, tmp_path_factory.mktemp("relay"), "RELAY") as server:
         yield server
-    finally:
-        context.__exit__(None, None, None)
 
 
 @pytest.fixture
@@ -368,12 +356,7 @@ async def test_a_gateway_killed_between_storing_and_sending_sends_after_restart_
         user_id = first.cli_json("users", "add")["id"]
         assert first.cli("users", "link", user_id, f"nostr:{alice.keys.public_key().to_bech32()}").returncode == 0
         running_relay.stop()
-        async with httpx.AsyncClient(timeout=CEILING_S) as client:
-            sent = await client.post(f"{first.agent_url}/messages", json={"userId": user_id, "text": "stored, then killed"})
-        assert sent.status_code == 201, sent.text
-        [delivery] = first.cli_json("channels", "deliveries")
-        assert delivery["state"] in ("pending", "failed") and delivery["message"] == sent.json()["id"]
-        assert first.stop(signal.SIGKILL) == -signal.SIGKILL
+        await store_and_kill(first, user_id)
     # The next serve starts and serves while the relay is down; /readyz says so, and stays 200.
     second = ServedGateway.spawn_on_free_ports(directory, first.env)
     try:
