@@ -32,7 +32,7 @@ async def test_a_newcomer_logs_in_posts_and_reads_the_agents_answer(tmp_path: Pa
     assert credentials["user"] in init.stdout and credentials["password"] in init.stdout
     assert f"http://{env['AGENT_GATEWAY_PUBLIC_LISTEN']}/auth/tokens" in init.stdout
 
-    gateway = served.ServedGateway.spawn(directory, env)
+    gateway = served.ServedGateway.spawn_on_free_ports(directory, env)
     try:
         async with httpx.AsyncClient(base_url=gateway.public_url, timeout=120) as client:
             login = await client.post("/auth/tokens", json=credentials)

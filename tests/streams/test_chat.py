@@ -37,7 +37,8 @@ async def test_a_user_chats_with_the_echo_agent_and_leaves(tmp_path: Path, datab
     directory = tmp_path / "demo"
     env, _ = served.init_demo(directory, database_url)
     credentials = json.loads((directory / "demo-user.json").read_text())
-    gateway = served.ServedGateway.spawn(directory, env)
+    # Ports of its own, picked again should another test take one meanwhile; kept for the restart.
+    gateway = served.ServedGateway.spawn_on_free_ports(directory, env)
     try:
         terminal = chat_terminal(gateway, "--user", credentials["user"])
         try:
@@ -52,7 +53,7 @@ async def test_a_user_chats_with_the_echo_agent_and_leaves(tmp_path: Path, datab
             # The gateway restarts: the client reconnects and resumes after the last seq it showed.
             assert gateway.stop() == 0
             terminal.expect("(connection lost")
-            gateway = served.ServedGateway.spawn(directory, env)
+            gateway = served.ServedGateway.spawn(directory, gateway.env)
             terminal.send("after the restart")
             terminal.expect("agent: echo: after the restart")
             assert terminal.output.count("agent: echo: hello over the stream") == 1

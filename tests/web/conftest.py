@@ -10,6 +10,7 @@ it), where they fail.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Iterator
@@ -32,9 +33,10 @@ class Deployment:
 
     def __init__(self, directory: Path, env: dict[str, str]) -> None:
         self.directory = directory
-        self.env = env
         self.credentials = json.loads((directory / "demo-user.json").read_text())
-        self.gateway = served.ServedGateway.spawn(directory, env)
+        # Ports of its own, picked again should another test take one meanwhile; kept for restarts.
+        self.gateway = served.ServedGateway.spawn_on_free_ports(directory, env)
+        self.env = self.gateway.env
 
     @property
     def url(self) -> str:
@@ -60,14 +62,20 @@ def init(directory: Path, database_url: str, **settings: str) -> dict[str, str]:
     return env
 
 
-@pytest.fixture
-def deployment(tmp_path: Path, database_url: str) -> Iterator[Deployment]:
-    directory = tmp_path / "demo"
-    deployment = Deployment(directory, init(directory, database_url))
+@contextlib.contextmanager
+def deployed(directory: Path, database_url: str, **settings: str) -> Iterator[Deployment]:
+    """A demo deployment in ``directory`` with ``settings`` (environment variables), served until the block ends."""
+    deployment = Deployment(directory, init(directory, database_url, **settings))
     try:
         yield deployment
     finally:
         deployment.gateway.stop()
+
+
+@pytest.fixture
+def deployment(tmp_path: Path, database_url: str) -> Iterator[Deployment]:
+    with deployed(tmp_path / "demo", database_url) as deployment:
+        yield deployment
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ import httpx
 import pytest
 from playwright.sync_api import expect
 
-from tests.web.conftest import Deployment, Watched, init, log_in, messages, send
+from tests.web.conftest import Deployment, Watched, deployed, log_in, messages, send
 
 pytestmark = pytest.mark.e2e
 
@@ -32,12 +32,8 @@ def database_url(sqlite_template: Path, tmp_path: Path) -> str:
 @pytest.fixture
 def deployment(tmp_path: Path, database_url: str) -> Iterator[Deployment]:
     # Each write gives up on the lock after 2 s instead of 30: three attempts are what is tested.
-    directory = tmp_path / "demo"
-    deployment = Deployment(directory, init(directory, database_url, AGENT_GATEWAY_DATABASE_BUSY_TIMEOUT_MS="2000"))
-    try:
+    with deployed(tmp_path / "demo", database_url, AGENT_GATEWAY_DATABASE_BUSY_TIMEOUT_MS="2000") as deployment:
         yield deployment
-    finally:
-        deployment.gateway.stop()
 
 
 def test_a_message_the_gateway_could_not_record_is_kept_to_send_again(

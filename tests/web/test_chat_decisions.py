@@ -19,7 +19,7 @@ from agent_gateway import config
 from tests import servers
 from tests.transparency.test_collector import log_vkey, served_publish, served_witnessed_size, wait_until
 from tests.transparency.test_collector import witnesses  # noqa: F401 (the module's real witnesses)
-from tests.web.conftest import Deployment, Watched, init, log_in
+from tests.web.conftest import Deployment, Watched, deployed, init, log_in
 
 pytestmark = pytest.mark.e2e
 
@@ -92,9 +92,7 @@ def check_marks(deployment: Deployment, own: servers.Witness, watched: Watched) 
 def test_without_witnesses_the_decisions_carry_no_mark_and_the_page_says_why(
     tmp_path: Path, database_url: str, watched: Watched
 ) -> None:
-    directory = tmp_path / "demo"
-    deployment = Deployment(directory, init(directory, database_url))
-    try:
+    with deployed(tmp_path / "demo", database_url) as deployment:
         served_publish(deployment.gateway, 1)
         page = watched.page
         page.goto(deployment.url + "/")
@@ -105,5 +103,3 @@ def test_without_witnesses_the_decisions_carry_no_mark_and_the_page_says_why(
         expect(page.locator("#decision-list .mark")).to_have_text("")
         page.click("#show-decisions")
         expect(page.locator("#decisions")).to_be_hidden()
-    finally:
-        deployment.gateway.stop()

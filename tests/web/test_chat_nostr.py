@@ -16,7 +16,7 @@ import nostr_sdk
 import pytest
 from playwright.sync_api import Browser, Page, Request, expect
 
-from tests.web.conftest import Deployment, Watched, init, messages, send
+from tests.web.conftest import Deployment, Watched, deployed, messages, send
 
 pytestmark = pytest.mark.e2e
 
@@ -47,12 +47,8 @@ class StandInExtension:
 
 @pytest.fixture
 def nostr_deployment(tmp_path: Path, database_url: str) -> Iterator[Deployment]:
-    directory = tmp_path / "demo"
-    deployment = Deployment(directory, init(directory, database_url, AGENT_GATEWAY_AUTH_SCHEMES='["password", "nostr"]'))
-    try:
+    with deployed(tmp_path / "demo", database_url, AGENT_GATEWAY_AUTH_SCHEMES='["password", "nostr"]') as deployment:
         yield deployment
-    finally:
-        deployment.gateway.stop()
 
 
 def test_a_linked_key_logs_in_chats_live_and_logs_out_without_a_token(

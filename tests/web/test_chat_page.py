@@ -74,7 +74,7 @@ def test_scrolling_back_loads_older_messages_and_shows_text_as_text(deployment: 
 def test_switched_off_the_page_is_the_specs_404(tmp_path: Path, database_url: str, watched: Watched) -> None:
     directory = tmp_path / "own-client"
     env = init(directory, database_url, AGENT_GATEWAY_PUBLIC_CHAT_PAGE="false")
-    gateway = served.ServedGateway.spawn(directory, env)
+    gateway = served.ServedGateway.spawn_on_free_ports(directory, env)
     try:
         response = watched.page.goto(gateway.public_url + "/")
         assert response is not None and response.status == 404
