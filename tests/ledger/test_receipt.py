@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import copy
 import json
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from typer.testing import CliRunner
 from agent_gateway.cli.main import app
 from agent_gateway.gateway import Gateway
 from agent_gateway.ledger import receipt
+from agent_gateway.signals import retention
 from agent_gateway.signals.handlers import TemplateHandler
 from agent_gateway.transparency import note, proof, service
 from agent_gateway.users import service as users
@@ -146,6 +148,22 @@ async def test_an_outbound_message_has_no_receipt(gateway: Gateway, public: http
     response = await public.get(f"/messages/{answer.seq}/receipt", headers=alice)
     await assert_error(response, 404)
     assert response.json()["message"] == f"Message {answer.seq} is the agent's (outbound): only your inbound Messages have a receipt"
+
+
+async def test_a_message_whose_signal_was_pruned_has_no_receipt(gateway: Gateway, public: httpx.AsyncClient) -> None:
+    alice = await user(gateway)
+    message = await send(public, alice, TEXT)
+    await receipt_of(public, alice, message["seq"])
+    path = f"/messages/{message['seq']}/receipt"
+
+    async def pruned() -> bool:
+        await retention.prune_signals(gateway.store, timedelta(0))
+        return (await public.get(path, headers=alice)).status_code == 404
+
+    await until(pruned)
+    response = await public.get(path, headers=alice)
+    await assert_error(response, 404)
+    assert response.json()["message"] == f"Message {message['seq']}'s Signal was pruned (signals.retention): its receipt can no longer be made"
 
 
 async def test_before_its_run_starts_a_receipt_has_no_run(
