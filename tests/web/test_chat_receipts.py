@@ -75,14 +75,16 @@ def test_each_of_your_messages_is_marked_by_its_receipt_checked_in_the_browser(d
     page.reload()
     expect(messages(page, "inbound")).to_have_count(4)
     expect(messages(page, "inbound").nth(1)).to_contain_text("and order lunck")
-    for seq in (3, 5, 7):
+    refused = {
+        3: "the agent was not given this text for this Message",
+        5: "entry 4 is not in the Run ledger's checkpoint",  # Message 5's Run is entry 4
+        7: "entry 1 is not in the Run ledger's checkpoint",  # the instructions
+    }
+    for seq in refused:
         press(seq)
-    expect(mark(3)).to_have_attribute("data-state", "failed")
-    expect(mark(3)).to_have_attribute("title", "the agent was not given this text for this Message")
-    expect(mark(5)).to_have_attribute("data-state", "failed")
-    expect(mark(5)).to_have_attribute("title", "entry 4 is not in the Run ledger's checkpoint")
-    expect(mark(7)).to_have_attribute("data-state", "failed")
-    expect(mark(7)).to_have_attribute("title", "entry 1 is not in the Run ledger's checkpoint")
+    for seq, why in refused.items():
+        expect(mark(seq)).to_have_attribute("data-state", "failed")
+        expect(mark(seq)).to_have_attribute("title", why)
     # The agent's Messages carry no mark; an honest one of the same page still verifies.
     expect(page.locator("#messages li.outbound .mark")).to_have_count(0)
     press(1)
