@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import binascii
 import dataclasses
+from datetime import timedelta
 from typing import Any
 
 import jinja2
@@ -23,7 +24,7 @@ import orjson
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 
-from agent_gateway import errors, merkle
+from agent_gateway import clock, errors, merkle
 from agent_gateway.ledger import entries as leaves
 from agent_gateway.ledger import service
 from agent_gateway.messages.service import INBOUND, RECEIVED
@@ -38,6 +39,9 @@ from agent_gateway.transparency import service as transparency
 
 # The payload member the receipt leaves out: the User's own words.
 TEXT = "text"
+# A Message's Signal is emitted in the transaction that records it, seconds at most after its
+# createdAt: the search for one that retention removed stops this far after.
+SIGNAL_WITHIN = timedelta(hours=1)
 
 
 class ProvedEntry(BaseModel):
@@ -86,8 +90,12 @@ async def build(store: Store, checkpoints: transparency.Checkpoints, user_id: st
         raise ReceiptNotFound()
     if message.direction != INBOUND:
         raise NoReceipt(f"Message {seq} is the agent's (outbound): only your inbound Messages have a receipt")
-    signal = await signal_queries.carrying(store, kind=RECEIVED, since=message.created_at, payload_id=message.id)
-    if signal is None or signal.payload.get("userId") != user_id:
+    since = clock.parse_instant(message.created_at)
+    signal = await signal_queries.carrying(
+        store, kind=RECEIVED, since=message.created_at, until=clock.format_instant(since + SIGNAL_WITHIN),
+        payload_id=message.id,
+    )
+    if signal is None or not isinstance(signal.payload, dict) or signal.payload.get("userId") != user_id:
         raise NoReceipt(f"Message {seq}'s Signal was pruned (signals.retention): its receipt can no longer be made")
     runs = await queries.of_signal(store, signal_id=signal.id)
     told = sorted({orjson.loads(entry.leaf)["instructions"] for entry in runs})
@@ -195,7 +203,7 @@ def _check_run(run: dict[str, Any], signal: Signal, told: dict[int, dict[str, An
     if run.get("signal") != signal.id or run.get("kind") != signal.kind:
         raise ReceiptFailure(f"signal: {where} is the Run of another Signal than the receipt's")
     number = run.get("instructions")
-    instructions = told.get(number)  # type: ignore[arg-type]
+    instructions = told.get(number) if isinstance(number, int) else None
     if instructions is None:
         raise ReceiptFailure(f"instructions: {where} ran under instructions #{number}, which the receipt does not hold")
     try:

@@ -224,14 +224,15 @@ async def count_failed_with(conn: AsyncConnection, *, error: str) -> int:
 
 
 # A Message's Signal: emitted in the transaction that recorded the Message, so at or after its
-# createdAt (the index on kind and emittedAt finds it a few rows in), its payload the Message
-# record, whose "id" member the pattern matches (a quote inside a JSON string is escaped, so
-# the text cannot forge it; the caller checks the id again).
+# createdAt and before ``until`` (the index on kind and emittedAt finds it a few rows in), its
+# payload the Message record, whose "id" member the pattern matches (a quote inside a JSON string
+# is escaped, so the text cannot forge it; the caller checks the payload again).
 _CARRYING = direct.Query(
     sa.select(*_COLUMNS)
     .where(
         signals.c.kind == sa.bindparam("kind"),
         signals.c.emitted_at >= sa.bindparam("since"),
+        signals.c.emitted_at <= sa.bindparam("until"),
         signals.c.payload.like(sa.bindparam("pattern", type_=sa.Text)),
     )
     .order_by(*_QUEUE_ORDER)
@@ -239,7 +240,8 @@ _CARRYING = direct.Query(
 )
 
 
-async def carrying(store: Store, *, kind: str, since: str, payload_id: str) -> Signal | None:
-    """The first Signal of ``kind`` emitted at or after ``since`` whose payload's ``id`` is ``payload_id`` (a UUID)."""
-    rows = await store.fetch(_CARRYING, kind=kind, since=since, pattern=f'%"id":"{payload_id}"%')
+async def carrying(store: Store, *, kind: str, since: str, until: str, payload_id: str) -> Signal | None:
+    """The first Signal of ``kind`` emitted from ``since`` to ``until`` whose payload's ``id`` is
+    ``payload_id`` (a UUID), if any."""
+    rows = await store.fetch(_CARRYING, kind=kind, since=since, until=until, pattern=f'%"id":"{payload_id}"%')
     return Signal.from_driver(rows[0]) if rows else None
