@@ -22,7 +22,8 @@ from agent_gateway.cli.main import app
 from agent_gateway.gateway import Gateway
 from agent_gateway.ledger import receipt
 from agent_gateway.signals import retention
-from agent_gateway.signals.handlers import TemplateHandler
+from agent_gateway.signals.handlers import Prompt, TemplateHandler
+from agent_gateway.store.queries.signals import Signal
 from agent_gateway.transparency import note, proof, service
 from agent_gateway.users import service as users
 from tests.signals.conftest import GatewayFactory, Recording, until
@@ -237,6 +238,27 @@ async def test_tampered_receipts_are_refused_naming_the_check(
     refused(lambda d: None, "checkpoint: ", key=note.note_keys(name, jwk)[0].vkey())
     refused(lambda d: None, "checkpoint: its origin", key=note.note_keys("example.com/log", jwk)[0].vkey())
     refused(lambda d: None, "--key: not an Ed25519", key="nonsense")
+
+
+class Quoting:
+    """A Python Handler of Messages: its Prompts cannot be recomputed offline."""
+
+    def handle(self, signal: Signal) -> list[Prompt]:
+        return [Prompt(f"> {signal.payload['text']}")]
+
+
+async def test_a_python_handlers_prompt_is_not_recomputed(make_gateway: GatewayFactory, tmp_path: Path) -> None:
+    gateway = await make_gateway(Recording(), register={"message.received": Quoting()})
+    transport = httpx.ASGITransport(app=gateway.public_asgi)
+    async with httpx.AsyncClient(transport=transport, base_url="http://public") as public:
+        alice = await user(gateway)
+        message = await send(public, alice, TEXT)
+        document = await receipt_of(public, alice, message["seq"])
+    path = written(tmp_path, document)
+    # The text is checked (the payload digest), then the Prompt cannot be: refused, saying why.
+    assert verify_receipt(path, TEXT + "!", vkey(gateway))[1].startswith("agent-gateway: error: text:")
+    code, said = verify_receipt(path, TEXT, vkey(gateway))
+    assert code == 1 and said.endswith("the Handler of message.received in instructions #1 is Python code: its Prompt cannot be recomputed offline"), said
 
 
 @pytest.mark.parametrize("content", ["", "not json", "[]", '{"message": {}}', '{"message": 1, "signal": {}, "checkpoint": "", "runs": [], "instructions": []}'])

@@ -89,4 +89,23 @@ def test_each_of_your_messages_is_marked_by_its_receipt_checked_in_the_browser(d
     expect(page.locator("#messages li.outbound .mark")).to_have_count(0)
     press(1)
     expect(mark(1)).to_have_attribute("data-state", "verified")
+
+    # Restarted with another template, one the page does not render (a filter): instructions
+    # entry 6 (after the four Runs' entries) is in force for the next Message; the text is still
+    # checked, the Prompt left to the command, and the first Message still shows entry 1.
+    deployment.stop()
+    template = "{{ text | trim }} (from {{ userId }})"
+    deployment.env["AGENT_GATEWAY_HANDLERS"] = json.dumps({"message.received": {"template": template, "session": "user_{{ userId }}"}})
+    deployment.start()
+    page.reload()
+    send(page, "and Carla")
+    expect(messages(page, "outbound")).to_have_count(5)
+    press(9)
+    expect(mark(9)).to_have_attribute("data-state", "unknown")
+    expect(mark(9)).to_have_text("✓ text as written, Prompt not checked here")
+    later = page.locator('#messages li[data-seq="9"] details.instructions')
+    expect(later.locator("summary")).to_have_text("Instructions #6 in force")
+    expect(later.locator("pre")).to_contain_text(template)
+    press(1)
+    expect(shown.locator("summary")).to_have_text("Instructions #1 in force")
     watched.assert_stayed_home(deployment.url)
