@@ -25,7 +25,6 @@ import asyncio
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -71,16 +70,6 @@ async def body(served: ServedGateway, auth: dict[str, str], path: str) -> bytes:
         return json.dumps(ok(await public.get(path), 200)).encode()
 
 
-def command_s(path: Path, text: str, vkey: str, env: dict[str, str]) -> float:
-    argv = [sys.executable, "-m", "agent_gateway", "verify-receipt", str(path), "--text", text, "--key", vkey]
-    started = time.perf_counter()
-    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
-    elapsed = time.perf_counter() - started
-    if done.returncode != 0:
-        raise SystemExit(f"verify-receipt refused the receipt: {done.stdout}{done.stderr}")
-    return elapsed
-
-
 def run(backend: str, count: int, rounds: int, runs: int) -> None:
     with harness.gateway(backend, {"AGENT_GATEWAY_RUNTIME_MODE": "persistent"}) as served:
         _, auth = admit_with_token(served)
@@ -101,7 +90,8 @@ def run(backend: str, count: int, rounds: int, runs: int) -> None:
         path = Path(tmp) / "receipt.json"
         path.write_bytes(data)
         env = cli_env(Path(tmp) / "none.toml")
-        command = statistics.median(command_s(path, text, vkey, env) for _ in range(runs))
+        argv = [sys.executable, "-m", "agent_gateway", "verify-receipt", str(path), "--text", text, "--key", vkey]
+        command = statistics.median(harness.time_command(argv, env) for _ in range(runs))
     parsed, key = receipt.parse(data), proof.gateway_key(vkey)
     started = time.perf_counter()
     for _ in range(IN_PROCESS_RUNS):
