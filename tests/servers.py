@@ -258,7 +258,9 @@ class Homeserver:
 
 def _synapse_config(folder: Path, port: int, shared_secret: str) -> str:
     """The overrides of the generated configuration: one client listener on loopback, SQLite,
-    shared-secret registration, no federation, no rate limit in the tests' way."""
+    shared-secret registration, no federation, no rate limit in the tests' way; and the work
+    docs/operate/channels.md tells an operator to turn off (presence, room statistics, the
+    federation sender of a homeserver that federates with nobody), as there."""
     unlimited = "{per_second: 10000, burst_count: 10000}"
     return f"""
 listeners:
@@ -282,6 +284,9 @@ federation_domain_whitelist: []
 suppress_key_server_warning: true
 presence:
   enabled: false
+stats:
+  enabled: false
+federation_sender_instances: []
 rc_message: {unlimited}
 rc_registration: {unlimited}
 rc_registration_token_validity: {unlimited}
