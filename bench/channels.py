@@ -23,6 +23,12 @@ Scenarios:
              each) and without, in ``--rounds`` alternating rounds: the first's best rate as a
              share of the second's, and the same by median CPU per Message (this process's
              and the PostgreSQL server's) (target >= 90 %).
+  homeserver (not in ``all``; no gateway) two Synapses side by side: the tests' (with the
+             settings docs/operate/channels.md recommends: presence, room statistics and the
+             federation sender off) and one with Synapse's defaults for those three; in
+             ``--rounds`` alternating rounds of ``--samples`` cycles each, one person sends
+             a message and another's long-polling sync sees it: the homeserver's CPU per
+             cycle (from /proc) and the cycle's p50, of each.
   nostr      (not in ``all``; a real nostr-relay from PyPI instead of Synapse) one Message at a
              time through Nostr (the person's gift-wrapped DM published on the relay, the
              answer seen on their open subscription there) and through the Public server,
@@ -334,6 +340,71 @@ async def database_cpu(url: str) -> float:
     return total
 
 
+# Synapse's defaults for what the operator's page turns off.
+SYNAPSE_DEFAULTS = "presence:\n  enabled: true\nstats:\n  enabled: true\nfederation_sender_instances: [master]\n"
+
+
+@dataclasses.dataclass
+class Cycles:
+    """Send -> sync cycles between two people on one homeserver: its CPU and each cycle's time."""
+
+    homeserver: servers.Homeserver
+    sender: httpx.AsyncClient
+    reader: httpx.AsyncClient
+    room: str
+    since: str
+    times: list[float] = dataclasses.field(default_factory=list)
+    cpu_s: float = 0.0
+
+    @classmethod
+    async def open(cls, homeserver: servers.Homeserver) -> Cycles:
+        clients = []
+        for user_id, token in (homeserver.register(), homeserver.register()):
+            clients.append((user_id, httpx.AsyncClient(
+                base_url=homeserver.url, headers={"Authorization": f"Bearer {token}"}, timeout=CEILING_S
+            )))
+        (_, sender), (reader_id, reader) = clients
+        created = await sender.post("/_matrix/client/v3/createRoom", json={"invite": [reader_id], "is_direct": True})
+        room = created.raise_for_status().json()["room_id"]
+        (await reader.post(f"/_matrix/client/v3/join/{room}", json={})).raise_for_status()
+        first = await reader.get("/_matrix/client/v3/sync", params={"timeout": 0})
+        return cls(homeserver, sender, reader, room, first.raise_for_status().json()["next_batch"])
+
+    async def run(self, n: int) -> None:
+        pid = self.homeserver.running.process.pid
+        before = harness.cpu_s(pid)
+        for _ in range(n):
+            sync = asyncio.create_task(self.reader.get("/_matrix/client/v3/sync", params={"timeout": 30_000, "since": self.since}))
+            started = time.perf_counter()
+            sent = await self.sender.put(
+                f"/_matrix/client/v3/rooms/{self.room}/send/m.room.message/{time.time_ns()}", json={"msgtype": "m.text", "body": "x"}
+            )
+            sent.raise_for_status()
+            self.since = (await sync).raise_for_status().json()["next_batch"]
+            self.times.append(time.perf_counter() - started)
+        self.cpu_s += harness.cpu_s(pid) - before
+
+    async def close(self) -> None:
+        await self.sender.aclose()
+        await self.reader.aclose()
+
+
+async def homeserver_settings(tuned: servers.Homeserver, defaults: servers.Homeserver, samples: int, rounds: int) -> None:
+    both = {"the tests' (recommended)": await Cycles.open(tuned), "Synapse's defaults": await Cycles.open(defaults)}
+    try:
+        for _ in range(rounds):
+            for cycles in both.values():
+                await cycles.run(samples)
+        for name, cycles in both.items():
+            print(
+                f"{name:<28} {cycles.cpu_s / len(cycles.times) * 1000:6.1f} ms homeserver CPU per send -> sync, "
+                f"p50 {percentile(cycles.times, 50) * 1000:6.1f} ms"
+            )
+    finally:
+        for cycles in both.values():
+            await cycles.close()
+
+
 async def nostr_roundtrip(bench: Bench, relay: servers.Relay, samples: int) -> None:
     """Nostr and Public server round trips in alternating rounds, on one gateway (open policy)."""
     import json
@@ -421,13 +492,19 @@ async def run(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--backend", choices=("sqlite", "postgresql"), default="sqlite")
-    parser.add_argument("--scenario", choices=("roundtrip", "inbound", "cost", "all", "nostr"), default="all")
+    parser.add_argument("--scenario", choices=("roundtrip", "inbound", "cost", "all", "nostr", "homeserver"), default="all")
     parser.add_argument("--samples", type=int, default=50)
     parser.add_argument("--burst", type=int, default=200)
-    parser.add_argument("--rounds", type=int, default=2, help="cost: alternating rounds of each configuration")
+    parser.add_argument("--rounds", type=int, default=2, help="cost, homeserver: alternating rounds of each configuration")
     options = parser.parse_args()
     with tempfile.TemporaryDirectory() as temporary:
         folder = Path(temporary)
+        if options.scenario == "homeserver":
+            with servers.synapse(folder / "tuned") as tuned, servers.synapse(folder / "defaults", SYNAPSE_DEFAULTS) as defaults:
+                print(f"load average {' '.join(Path('/proc/loadavg').read_text().split()[:3])}")
+                asyncio.run(homeserver_settings(tuned, defaults, options.samples, options.rounds))
+                print(f"load average {' '.join(Path('/proc/loadavg').read_text().split()[:3])}")
+            return
         if options.scenario == "nostr":
             with servers.relay(folder / "relay") as relay, harness.database(options.backend, folder) as url:
                 asyncio.run(run(Bench(None, folder, url), options.scenario, options.samples, options.burst, relay))

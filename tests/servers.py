@@ -325,8 +325,9 @@ def _start_synapse(folder: Path, url: str) -> Running:
 
 
 @contextlib.contextmanager
-def synapse(folder: Path) -> Iterator[Homeserver]:
-    """A Synapse of its own in ``folder`` on a free loopback port, stopped when the block ends.
+def synapse(folder: Path, extra_config: str = "") -> Iterator[Homeserver]:
+    """A Synapse of its own in ``folder`` on a free loopback port, stopped when the block ends;
+    ``extra_config`` (YAML) overrides the tests' configuration (bench.channels compares them).
     Raises :class:`CannotInstall` when it cannot be installed."""
     python = install(SYNAPSE)
     port = free_port()
@@ -337,7 +338,7 @@ def synapse(folder: Path) -> Iterator[Homeserver]:
          str(folder / "homeserver.yaml"), "--data-directory", str(folder), "--generate-config", "--report-stats=no"],
         check=True, capture_output=True, cwd=folder, timeout=START_TIMEOUT_S,
     )
-    (folder / "overrides.yaml").write_text(_synapse_config(folder, port, shared_secret))
+    (folder / "overrides.yaml").write_text(_synapse_config(folder, port, shared_secret) + extra_config)
     url = f"http://127.0.0.1:{port}"
     server = Homeserver(url, SERVER_NAME, shared_secret, _start_synapse(folder, url), folder)
     try:
