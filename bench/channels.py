@@ -18,9 +18,17 @@ Scenarios:
              room: messages stored per second, from the first send to the last one stored.
   outbound   ``--burst`` outbound Messages written at once: deliveries per second, from the
              first write to the last one delivered.
-  cost       ``--burst`` outbound Messages written one transaction each, for a User with a
-             Matrix conversation, with the channel served (an outbox row each) and without:
-             the first's rate as a share of the second's (target >= 90 %).
+  cost       5 x ``--burst`` outbound Messages written 16 at a time (the writer batches them),
+             for a User with a Matrix conversation, with the channel served (an outbox row
+             each) and without, in ``--rounds`` alternating rounds: the first's best rate as a
+             share of the second's, and the same by median CPU per Message (this process's
+             and the PostgreSQL server's) (target >= 90 %).
+  homeserver (not in ``all``; no gateway) two Synapses side by side: the tests' (with the
+             settings docs/operate/channels.md recommends: presence, room statistics and the
+             federation sender off) and one with Synapse's defaults for those three; in
+             ``--rounds`` alternating rounds of ``--samples`` cycles each, one person sends
+             a message and another's long-polling sync sees it: the homeserver's CPU per
+             cycle (from /proc) and the cycle's p50, of each.
   nostr      (not in ``all``; a real nostr-relay from PyPI instead of Synapse) one Message at a
              time through Nostr (the person's gift-wrapped DM published on the relay, the
              answer seen on their open subscription there) and through the Public server,
@@ -38,6 +46,7 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+import asyncpg
 import httpx
 import nio
 import sqlalchemy as sa
@@ -131,6 +140,9 @@ async def roundtrip(bench: Bench, samples: int) -> None:
         matrix_times: list[float] = []
         own_times: list[float] = []
         marks = Marks(gateway)
+        assert bench.homeserver is not None
+        homeserver_pid = bench.homeserver.running.process.pid
+        cpu = (harness.cpu_s(homeserver_pid), time.process_time())
         for n in range(samples + 1):
             started = time.perf_counter()
             await person.say(room, f"m{n}")
@@ -145,6 +157,8 @@ async def roundtrip(bench: Bench, samples: int) -> None:
                 matrix_times.append(time.perf_counter() - started)
                 own_times.append(marks.own(started))
         marks.close()
+        homeserver_cpu = (harness.cpu_s(homeserver_pid) - cpu[0]) / (samples + 1)
+        own_cpu = (time.process_time() - cpu[1]) / (samples + 1)
         async with gateway.store.transaction() as conn:
             from agent_gateway.users import service as users
 
@@ -168,6 +182,7 @@ async def roundtrip(bench: Bench, samples: int) -> None:
         print(f"{'added by the channel (p50)':<28} {added * 1000:7.1f} ms   (target <= 50 ms)")
         print(line("  of it in the gateway", own_times))
         print(f"{'  and in the homeserver (p50)':<28} {(statistics.median(matrix_times) - statistics.median(own_times)) * 1000:7.1f} ms")
+        print(f"{'CPU per Matrix round trip':<28} {homeserver_cpu * 1000:7.1f} ms the homeserver's, {own_cpu * 1000:.1f} ms this process's (the gateway and the person's client)")
     finally:
         await person.close()
         await gateway.stop()
@@ -262,7 +277,7 @@ async def _at_least(count: Awaitable[int], n: int) -> bool:
     return await count >= n
 
 
-async def cost(bench: Bench, burst: int) -> None:
+async def cost(bench: Bench, burst: int, rounds: int) -> None:
     from agent_gateway.channels import identities
     from agent_gateway.store.engine import Store
     from agent_gateway.users import service as users
@@ -279,22 +294,115 @@ async def cost(bench: Bench, burst: int) -> None:
     finally:
         await store.close()
     # Rows written, none sent (no gateway runs the channel): the cost of the outbox row itself,
-    # in alternating rounds, each configuration's best.
+    # in alternating rounds: each configuration's best rate, and its median CPU per Message
+    # (this process's and, on PostgreSQL, the database server's for this database), which a
+    # busy machine disturbs less than the rate.
     rates: dict[bool, list[float]] = {True: [], False: []}
-    for served in (frozenset({"matrix"}), frozenset(), frozenset({"matrix"}), frozenset()):
+    cpus: dict[bool, list[float]] = {True: [], False: []}
+    for served in (frozenset({"matrix"}), frozenset()) * rounds:
         store = Store(bench.database_url)
         store.channels = served
         try:
             writer = messages.Writer(store)
+            await writer.send(user_id, "warm")  # connections opened before the clock starts
+            cpu = time.process_time() + await database_cpu(bench.database_url)
             started = time.perf_counter()
             for start in range(0, burst, 16):  # 16 writers at a time, as wrk -c16 would
                 await asyncio.gather(*(writer.send(user_id, f"c{n}") for n in range(start, min(burst, start + 16))))
             rates[bool(served)].append(burst / (time.perf_counter() - started))
+            cpus[bool(served)].append((time.process_time() + await database_cpu(bench.database_url) - cpu) / burst)
         finally:
             await store.close()
     with_channel, without = max(rates[True]), max(rates[False])
-    print(f"{'outbound writes, no channel':<28} {without:9.0f} Messages/s")
-    print(f"{'outbound writes, with row':<28} {with_channel:9.0f} Messages/s   ({with_channel / without:.0%} of it; target >= 90 %)")
+    cpu_with, cpu_without = statistics.median(cpus[True]), statistics.median(cpus[False])
+    print(f"{'outbound writes, no channel':<28} {without:9.0f} Messages/s   {cpu_without * 1e6:6.0f} us CPU each")
+    print(
+        f"{'outbound writes, with row':<28} {with_channel:9.0f} Messages/s   {cpu_with * 1e6:6.0f} us CPU each   "
+        f"({with_channel / without:.0%} of the rate, {cpu_without / cpu_with:.0%} by CPU; target >= 90 %)"
+    )
+
+
+async def database_cpu(url: str) -> float:
+    """The CPU seconds of the PostgreSQL server processes serving ``url``'s database (0 on SQLite)."""
+    if not url.startswith("postgres"):
+        return 0.0
+    conn = await asyncpg.connect(url)
+    try:
+        pids = [row[0] for row in await conn.fetch("SELECT pid FROM pg_stat_activity WHERE datname = current_database()")]
+    finally:
+        await conn.close()
+    total = 0.0
+    for pid in pids:
+        try:
+            total += harness.cpu_s(pid)
+        except OSError:  # ended meanwhile
+            pass
+    return total
+
+
+# Synapse's defaults for what the operator's page turns off.
+SYNAPSE_DEFAULTS = "presence:\n  enabled: true\nstats:\n  enabled: true\nfederation_sender_instances: [master]\n"
+
+
+@dataclasses.dataclass
+class Cycles:
+    """Send -> sync cycles between two people on one homeserver: its CPU and each cycle's time."""
+
+    homeserver: servers.Homeserver
+    sender: httpx.AsyncClient
+    reader: httpx.AsyncClient
+    room: str
+    since: str
+    times: list[float] = dataclasses.field(default_factory=list)
+    cpu_s: float = 0.0
+
+    @classmethod
+    async def open(cls, homeserver: servers.Homeserver) -> Cycles:
+        clients = []
+        for user_id, token in (homeserver.register(), homeserver.register()):
+            clients.append((user_id, httpx.AsyncClient(
+                base_url=homeserver.url, headers={"Authorization": f"Bearer {token}"}, timeout=CEILING_S
+            )))
+        (_, sender), (reader_id, reader) = clients
+        created = await sender.post("/_matrix/client/v3/createRoom", json={"invite": [reader_id], "is_direct": True})
+        room = created.raise_for_status().json()["room_id"]
+        (await reader.post(f"/_matrix/client/v3/join/{room}", json={})).raise_for_status()
+        first = await reader.get("/_matrix/client/v3/sync", params={"timeout": 0})
+        return cls(homeserver, sender, reader, room, first.raise_for_status().json()["next_batch"])
+
+    async def run(self, n: int) -> None:
+        pid = self.homeserver.running.process.pid
+        before = harness.cpu_s(pid)
+        for _ in range(n):
+            sync = asyncio.create_task(self.reader.get("/_matrix/client/v3/sync", params={"timeout": 30_000, "since": self.since}))
+            started = time.perf_counter()
+            sent = await self.sender.put(
+                f"/_matrix/client/v3/rooms/{self.room}/send/m.room.message/{time.time_ns()}", json={"msgtype": "m.text", "body": "x"}
+            )
+            sent.raise_for_status()
+            self.since = (await sync).raise_for_status().json()["next_batch"]
+            self.times.append(time.perf_counter() - started)
+        self.cpu_s += harness.cpu_s(pid) - before
+
+    async def close(self) -> None:
+        await self.sender.aclose()
+        await self.reader.aclose()
+
+
+async def homeserver_settings(tuned: servers.Homeserver, defaults: servers.Homeserver, samples: int, rounds: int) -> None:
+    both = {"the tests' (recommended)": await Cycles.open(tuned), "Synapse's defaults": await Cycles.open(defaults)}
+    try:
+        for _ in range(rounds):
+            for cycles in both.values():
+                await cycles.run(samples)
+        for name, cycles in both.items():
+            print(
+                f"{name:<28} {cycles.cpu_s / len(cycles.times) * 1000:6.1f} ms homeserver CPU per send -> sync, "
+                f"p50 {percentile(cycles.times, 50) * 1000:6.1f} ms"
+            )
+    finally:
+        for cycles in both.values():
+            await cycles.close()
 
 
 async def nostr_roundtrip(bench: Bench, relay: servers.Relay, samples: int) -> None:
@@ -366,7 +474,9 @@ async def nostr_roundtrip(bench: Bench, relay: servers.Relay, samples: int) -> N
         await gateway.stop()
 
 
-async def run(bench: Bench, scenario: str, samples: int, burst: int, relay: servers.Relay | None = None) -> None:
+async def run(
+    bench: Bench, scenario: str, samples: int, burst: int, relay: servers.Relay | None = None, rounds: int = 2
+) -> None:
     await migrate.upgrade_url(bench.database_url)
     if scenario == "nostr":
         assert relay is not None
@@ -376,24 +486,31 @@ async def run(bench: Bench, scenario: str, samples: int, burst: int, relay: serv
     if scenario in ("inbound", "all"):
         await inbound_and_outbound(bench, burst)
     if scenario in ("cost", "all"):
-        await cost(bench, burst * 5)
+        await cost(bench, burst * 5, rounds)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--backend", choices=("sqlite", "postgresql"), default="sqlite")
-    parser.add_argument("--scenario", choices=("roundtrip", "inbound", "cost", "all", "nostr"), default="all")
+    parser.add_argument("--scenario", choices=("roundtrip", "inbound", "cost", "all", "nostr", "homeserver"), default="all")
     parser.add_argument("--samples", type=int, default=50)
     parser.add_argument("--burst", type=int, default=200)
+    parser.add_argument("--rounds", type=int, default=2, help="cost, homeserver: alternating rounds of each configuration")
     options = parser.parse_args()
     with tempfile.TemporaryDirectory() as temporary:
         folder = Path(temporary)
+        if options.scenario == "homeserver":
+            with servers.synapse(folder / "tuned") as tuned, servers.synapse(folder / "defaults", SYNAPSE_DEFAULTS) as defaults:
+                print(f"load average {' '.join(Path('/proc/loadavg').read_text().split()[:3])}")
+                asyncio.run(homeserver_settings(tuned, defaults, options.samples, options.rounds))
+                print(f"load average {' '.join(Path('/proc/loadavg').read_text().split()[:3])}")
+            return
         if options.scenario == "nostr":
             with servers.relay(folder / "relay") as relay, harness.database(options.backend, folder) as url:
                 asyncio.run(run(Bench(None, folder, url), options.scenario, options.samples, options.burst, relay))
             return
         with servers.synapse(folder / "synapse") as homeserver, harness.database(options.backend, folder) as url:
-            asyncio.run(run(Bench(homeserver, folder, url), options.scenario, options.samples, options.burst))
+            asyncio.run(run(Bench(homeserver, folder, url), options.scenario, options.samples, options.burst, rounds=options.rounds))
 
 
 if __name__ == "__main__":

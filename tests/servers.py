@@ -258,7 +258,9 @@ class Homeserver:
 
 def _synapse_config(folder: Path, port: int, shared_secret: str) -> str:
     """The overrides of the generated configuration: one client listener on loopback, SQLite,
-    shared-secret registration, no federation, no rate limit in the tests' way."""
+    shared-secret registration, no federation, no rate limit in the tests' way; and the work
+    docs/operate/channels.md tells an operator to turn off (presence, room statistics, the
+    federation sender of a homeserver that federates with nobody), as there."""
     unlimited = "{per_second: 10000, burst_count: 10000}"
     return f"""
 listeners:
@@ -282,6 +284,9 @@ federation_domain_whitelist: []
 suppress_key_server_warning: true
 presence:
   enabled: false
+stats:
+  enabled: false
+federation_sender_instances: []
 rc_message: {unlimited}
 rc_registration: {unlimited}
 rc_registration_token_validity: {unlimited}
@@ -320,8 +325,9 @@ def _start_synapse(folder: Path, url: str) -> Running:
 
 
 @contextlib.contextmanager
-def synapse(folder: Path) -> Iterator[Homeserver]:
-    """A Synapse of its own in ``folder`` on a free loopback port, stopped when the block ends.
+def synapse(folder: Path, extra_config: str = "") -> Iterator[Homeserver]:
+    """A Synapse of its own in ``folder`` on a free loopback port, stopped when the block ends;
+    ``extra_config`` (YAML) overrides the tests' configuration (bench.channels compares them).
     Raises :class:`CannotInstall` when it cannot be installed."""
     python = install(SYNAPSE)
     port = free_port()
@@ -332,7 +338,7 @@ def synapse(folder: Path) -> Iterator[Homeserver]:
          str(folder / "homeserver.yaml"), "--data-directory", str(folder), "--generate-config", "--report-stats=no"],
         check=True, capture_output=True, cwd=folder, timeout=START_TIMEOUT_S,
     )
-    (folder / "overrides.yaml").write_text(_synapse_config(folder, port, shared_secret))
+    (folder / "overrides.yaml").write_text(_synapse_config(folder, port, shared_secret) + extra_config)
     url = f"http://127.0.0.1:{port}"
     server = Homeserver(url, SERVER_NAME, shared_secret, _start_synapse(folder, url), folder)
     try:

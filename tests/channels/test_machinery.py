@@ -324,6 +324,27 @@ async def test_after_a_public_inbound_message_no_channel_sends(store: Store) -> 
     assert await deliveries(store) == []
 
 
+async def test_in_one_batch_each_answer_follows_its_own_users_route(store: Store) -> None:
+    # The writer batches concurrent Messages into one transaction (on PostgreSQL the statement
+    # that writes them reads their routes too): a Public inbound Message earlier in the batch
+    # is its User's most recent, and another User's Messages never take this one's route.
+    store.channels = frozenset({"matrix"})
+    alice = await linked(store)
+    bob = await linked(store, BOB)
+    await inbound.record(store, "matrix", inbound.PAIRING, [text(), text("@bob:example.org", room="!bob:x")], "s1")
+    stranger = await admitted(store)
+    async with store.transaction() as conn:
+        await messages.append_many(conn, [
+            messages.Draft(alice, messages.OUTBOUND, "to alice"),
+            messages.Draft(bob, messages.INBOUND, "bob, from the chat page"),
+            messages.Draft(stranger, messages.OUTBOUND, "to nobody on a channel"),
+            messages.Draft(bob, messages.OUTBOUND, "to bob, on the chat page"),
+        ])
+    async with store.transaction() as conn:
+        held = await queries.claim_due(conn, channel="matrix", now="9999-01-01T00:00:00.000Z", lease="9999-01-01T00:00:00.000Z", limit=5)
+    assert [(one.user_id, one.conversation, one.text) for one in held] == [(alice, ROOM, "to alice")]
+
+
 async def test_a_user_who_never_wrote_with_one_identity_gets_a_conversation_opened(store: Store) -> None:
     store.channels = frozenset({"matrix"})
     one = await linked(store)

@@ -14,7 +14,7 @@ import nio
 import pytest
 import sqlalchemy as sa
 
-from agent_gateway.channels import pairing
+from agent_gateway.channels import matrix, pairing
 from agent_gateway.gateway import Gateway
 from agent_gateway.ops import metrics
 from agent_gateway.store.queries import channels as queries
@@ -348,3 +348,21 @@ async def test_a_gateway_killed_between_storing_and_sending_sends_after_restart_
         assert await alice.heard(room, agent) == [("m.text", "stored, then killed")]
     finally:
         second.stop()
+
+
+async def test_the_channels_sync_is_not_woken_by_typing_or_receipts(people) -> None:  # type: ignore[no-untyped-def]
+    # A person's client sends a typing notification and a read receipt around each message:
+    # the channel's filter leaves them out, so they end no long poll of the agent's sync.
+    person, agent = people(), people()
+    room = await person.direct_room(agent.user_id)
+    await agent.join(room)
+    await person.say(room, "hello")
+    first = await agent.client.sync(timeout=0, sync_filter=matrix.SYNC_FILTER)
+    assert isinstance(first, nio.SyncResponse)
+    [said] = [event for event in first.rooms.join[room].timeline.events if isinstance(event, nio.RoomMessageText)]
+    assert isinstance(await person.client.room_typing(room, True), nio.RoomTypingResponse)
+    assert isinstance(await person.client.update_receipt_marker(room, said.event_id), nio.UpdateReceiptMarkerResponse)
+    unfiltered = await agent.client.sync(timeout=0, since=first.next_batch)
+    assert isinstance(unfiltered, nio.SyncResponse) and unfiltered.rooms.join[room].ephemeral  # what the filter leaves out
+    filtered = await agent.client.sync(timeout=0, sync_filter=matrix.SYNC_FILTER, since=first.next_batch)
+    assert isinstance(filtered, nio.SyncResponse) and room not in filtered.rooms.join

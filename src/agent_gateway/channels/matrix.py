@@ -67,7 +67,23 @@ MAX_RECONNECT_S = 30.0
 # How many of a room's newest events one sync may bring: what a restart takes of one room's
 # messages written while the gateway was down (past it, the sync is "limited" and says so).
 TIMELINE_LIMIT = 500
-SYNC_FILTER = {"room": {"timeline": {"limit": TIMELINE_LIMIT}}}
+# What each sync asks for: the timeline's messages, memberships (the agent's own join ends a
+# room's history) and encrypted events, and the rooms' state; no presence, account data,
+# typing or receipts, which the channel never reads: a person's client sends a typing
+# notification and a read receipt around each message, and each would otherwise end the
+# agent's long poll with a sync the gateway stores a new position from. Members are not
+# lazy-loaded: a room's member count says whether it is direct, and a sync after a restart
+# would not carry it. Sent inline: uploading it once (a filter id) measured no cheaper.
+_NOTHING = {"not_types": ["*"]}
+SYNC_FILTER = {
+    "presence": _NOTHING,
+    "account_data": _NOTHING,
+    "room": {
+        "timeline": {"limit": TIMELINE_LIMIT, "types": ["m.room.message", "m.room.member", "m.room.encrypted"]},
+        "ephemeral": _NOTHING,
+        "account_data": _NOTHING,
+    },
+}
 CANNOT_DECRYPT = (
     "I cannot read encrypted messages. To talk to me, start a new direct chat with me "
     "with encryption turned off."

@@ -17,7 +17,7 @@ sender (``channels.sender``) with the shared outbox's claims and retries.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -52,12 +52,17 @@ def target(route: queries.Route, served: frozenset[str]) -> tuple[str, str, str 
     return None
 
 
-async def add_messages(conn: AsyncConnection, sent: Sequence[Message]) -> None:
-    """Record the channel deliveries of outbound Messages ``sent`` by this transaction."""
+async def add_messages(
+    conn: AsyncConnection, sent: Sequence[Message], routes: Mapping[str, queries.Route] | None = None
+) -> None:
+    """Record the channel deliveries of outbound Messages ``sent`` by this transaction, given
+    their Users' ``routes`` when the statement that wrote them read those too
+    (``queries.append_many_routed``)."""
     served = engine.channels(conn)
     if not served or not sent:
         return
-    routes = await queries.routes(conn, sorted({message.user_id for message in sent}))
+    if routes is None:
+        routes = await queries.routes(conn, sorted({message.user_id for message in sent}))
     if not routes:
         return
     now = clock.now_iso()

@@ -28,6 +28,7 @@ from agent_gateway.signals import service as signals
 from agent_gateway.store import engine
 from agent_gateway.store.batch import Batcher
 from agent_gateway.store.engine import Store
+from agent_gateway.store.queries import channels as channel_queries
 from agent_gateway.store.queries import messages as queries
 from agent_gateway.store.queries.messages import LostRace, Message
 from agent_gateway.store.window import Window
@@ -95,7 +96,14 @@ async def append_many(conn: AsyncConnection, drafts: Sequence[Draft]) -> list[Me
         for draft, refusal in zip(drafts, refused, strict=True)
         if refusal is None
     ]
-    appended = iter(await queries.append_many(conn, rows))
+    # Where a channel is served, PostgreSQL reads the outbound Messages' routes in the statement
+    # that writes them (SQLite's statements cost no round trip: channels.outbox reads them after).
+    routes = None
+    if engine.channels(conn) and conn.dialect.name == "postgresql" and any(row[2] == OUTBOUND for row in rows):
+        written, routes = await channel_queries.append_many_routed(conn, rows)
+    else:
+        written = await queries.append_many(conn, rows)
+    appended = iter(written)
     recorded: list[Message | errors.GatewayError] = []
     for refusal in refused:
         if refusal is not None:
@@ -115,7 +123,9 @@ async def append_many(conn: AsyncConnection, drafts: Sequence[Draft]) -> list[Me
     # An outbound Message also goes to its User on a chat channel, sent from the channel outbox
     # (nothing is even looked at where no channel is served).
     if engine.channels(conn):
-        await channel_outbox.add_messages(conn, [m for m in recorded if isinstance(m, Message) and m.direction == OUTBOUND])
+        await channel_outbox.add_messages(
+            conn, [m for m in recorded if isinstance(m, Message) and m.direction == OUTBOUND], routes
+        )
     return recorded
 
 

@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from agent_gateway import errors
 from agent_gateway.store import direct, outbox
 from agent_gateway.store.engine import Store
+from agent_gateway.store.queries import messages as message_queries
 from agent_gateway.store.queries import retention
 from agent_gateway.store.outbox import DEAD, DELIVERED, FAILED, OPEN, PENDING, STATES  # noqa: F401 (this area's names)
 from agent_gateway.store.tables import (
@@ -206,6 +207,41 @@ async def routes(conn: AsyncConnection, user_ids: Sequence[str]) -> dict[str, Ro
         held[user_id] = None if conversation[0] is None else Conversation(*conversation)
         last[user_id] = last_seq
     return {user_id: Route(held[user_id], last[user_id], tuple(sorted(names))) for user_id, names in linked.items()}
+
+
+# On PostgreSQL, the outbound Messages' writer reads their Users' routes in the statement that
+# writes the Messages (store.queries.messages): no round trip of its own. That statement runs
+# after the Users' logs are locked, so it sees every inbound Message committed before; not its
+# own rows, whose inbound ones append_many_routed counts itself.
+_APPEND_MANY_ROUTED = message_queries.appending_many(
+    f"WITH appended AS ({message_queries.APPEND_MANY_POSTGRES}) "
+    "SELECT a.id, a.seq, a.user_id, r.identities, r.last_inbound, "
+    "c.user_id, c.channel, c.identity, c.conversation, c.inbound_seq, c.updated_at "
+    "FROM appended AS a "
+    "LEFT JOIN (SELECT i.user_id, array_agg(i.identity ORDER BY i.identity) AS identities, "
+    "(SELECT max(m.seq) FROM messages AS m WHERE m.user_id = i.user_id AND m.direction = 'inbound') AS last_inbound "
+    "FROM channel_identities AS i WHERE i.user_id = ANY(:user_ids) GROUP BY i.user_id) AS r "
+    "ON r.user_id = a.user_id "
+    "LEFT JOIN channel_conversations AS c ON c.user_id = r.user_id"
+)
+
+
+async def append_many_routed(
+    conn: AsyncConnection, rows: Sequence[tuple[str, str, str, str, str]]
+) -> tuple[list[message_queries.Message | None], dict[str, Route]]:
+    """``store.queries.messages.append_many`` on PostgreSQL, and the :func:`routes` of the
+    Users written to, as they are once these Messages are written: in one statement."""
+    appended, returned = await message_queries.append_many_postgres(conn, _APPEND_MANY_ROUTED, rows)
+    found: dict[str, Route] = {}
+    for _, _, user_id, names, last_inbound, *conversation in returned:
+        if names is not None and user_id not in found:
+            held = None if conversation[0] is None else Conversation(*conversation)
+            found[user_id] = Route(held, last_inbound, tuple(names))
+    for message in appended:  # an inbound Message written here is the most recent
+        if message is not None and message.direction == "inbound" and message.user_id in found:
+            route = found[message.user_id]
+            found[message.user_id] = dataclasses.replace(route, last_inbound_seq=max(route.last_inbound_seq or 0, message.seq))
+    return appended, found
 
 
 async def read_position(conn: AsyncConnection, channel: str) -> str | None:

@@ -122,7 +122,7 @@ async def append(
 # On PostgreSQL one statement numbers a whole batch: each row is one past its User's
 # largest seq as the statement found it, plus its place among that User's rows here.
 _ARRAYS = ("ids", "user_ids", "directions", "texts", "created_ats")
-_APPEND_MANY_POSTGRES = direct.Query(sa.text(
+APPEND_MANY_POSTGRES = (
     "INSERT INTO messages (id, user_id, direction, seq, text, created_at) "
     "SELECT d.id, u.id, d.direction, "
     "coalesce((SELECT max(m.seq) FROM messages AS m WHERE m.user_id = u.id), 0) "
@@ -130,8 +130,17 @@ _APPEND_MANY_POSTGRES = direct.Query(sa.text(
     "FROM unnest(:ids, :user_ids, :directions, :texts, :created_ats) "
     "WITH ORDINALITY AS d(id, user_id, direction, text, created_at, n) "
     "JOIN users AS u ON u.id = d.user_id "
-    "RETURNING id, seq"
-).bindparams(*(sa.bindparam(name, type_=postgresql.ARRAY(sa.Text)) for name in _ARRAYS)))
+    "RETURNING id, seq, user_id"
+)
+
+
+def appending_many(sql: str) -> direct.Query:
+    """A statement around :data:`APPEND_MANY_POSTGRES` (whose first two columns are each
+    Message's id and seq), its array parameters typed."""
+    return direct.Query(sa.text(sql).bindparams(*(sa.bindparam(name, type_=postgresql.ARRAY(sa.Text)) for name in _ARRAYS)))
+
+
+_APPEND_MANY_POSTGRES = appending_many(APPEND_MANY_POSTGRES)
 
 
 async def append_many(conn: AsyncConnection, rows: Sequence[tuple[str, str, str, str, str]]) -> list[Message | None]:
@@ -148,19 +157,29 @@ async def append_many(conn: AsyncConnection, rows: Sequence[tuple[str, str, str,
                 await append(conn, id=id, user_id=user_id, direction=direction, text=text, created_at=created_at)
             )
         return appended
+    return (await append_many_postgres(conn, _APPEND_MANY_POSTGRES, rows))[0]
+
+
+async def append_many_postgres(
+    conn: AsyncConnection, query: direct.Query, rows: Sequence[tuple[str, str, str, str, str]]
+) -> tuple[list[Message | None], Sequence[Sequence[object]]]:
+    """:func:`append_many` on PostgreSQL with ``query`` (see :func:`appending_many`); also the
+    rows it returned, for what it read beside the Messages."""
     if not rows:
-        return []
+        return [], []
     columns = {name: list(values) for name, values in zip(_ARRAYS, zip(*rows), strict=True)}
     try:
-        numbered = dict(tuple(row) for row in await direct.run(conn, _APPEND_MANY_POSTGRES, **columns))
+        returned = await direct.run(conn, query, **columns)
     except _UNIQUE_VIOLATIONS as exc:
         if _is_lost_race(exc):
             raise LostRace() from exc
         raise
-    return [
+    numbered = {row[0]: row[1] for row in returned}
+    appended = [
         Message(id, user_id, direction, numbered[id], text, created_at) if id in numbered else None
         for id, user_id, direction, text, created_at in rows
     ]
+    return appended, returned
 
 
 # What each driver raises for a duplicate key.
