@@ -45,7 +45,7 @@ async def store_cosignature(gateway: Gateway, index: int, text: bytes, name: str
     line = cosign(text, name=name or NAMES[index], key=KEYS[index]).decode().rstrip("\n")
     size = note.Checkpoint.parse(text).size
     async with gateway.store.transaction() as conn:
-        await witness_queries.add(conn, witness=VKEYS[index], tree_size=size, line=line)
+        await witness_queries.DECISIONS.add(conn, witness=VKEYS[index], tree_size=size, line=line)
 
 
 async def current_text(agent: httpx.AsyncClient, gateway: Gateway) -> bytes:
@@ -98,7 +98,7 @@ async def test_cosignatures_of_a_witness_no_longer_listed_do_not_count(
     one = await current_text(agent, gateway)
     await store_cosignature(gateway, 0, one)
     async with gateway.store.transaction() as conn:
-        await witness_queries.add(conn, witness=vkey("gone.example/w", raw(KEYS[1])), tree_size=1, line="\u2014 gone x")
+        await witness_queries.DECISIONS.add(conn, witness=vkey("gone.example/w", raw(KEYS[1])), tree_size=1, line="\u2014 gone x")
     await assert_error(await agent.get("/checkpoint/witnessed"), 404)
 
 
@@ -108,8 +108,8 @@ async def test_a_second_cosignature_of_a_size_by_one_witness_is_left_out(agent: 
     await store_cosignature(gateway, 0, one)
     await store_cosignature(gateway, 0, one)  # as after two leaders in turn: no error, no second row
     async with gateway.store.read() as conn:
-        assert await witness_queries.last_sizes(conn, VKEYS) == {VKEYS[0]: 1}
-        assert await witness_queries.witnessed(conn, VKEYS, 2) is None
+        assert await witness_queries.DECISIONS.last_sizes(conn, VKEYS) == {VKEYS[0]: 1}
+        assert await witness_queries.DECISIONS.witnessed(conn, VKEYS, 2) is None
 
 
 @pytest.mark.parametrize("server", ["agent", "public"])

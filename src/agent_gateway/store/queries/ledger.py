@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from agent_gateway.store import direct
+from agent_gateway.store import direct, engine
 from agent_gateway.store import window as windows
 from agent_gateway.store.engine import Store
 from agent_gateway.store.queries import tree
@@ -26,6 +26,9 @@ from agent_gateway.store.tables import ledger_entries
 INSTRUCTIONS, RUN = "instructions", "run"
 # Any constant shared by every writer of the ledger: the key of the advisory lock that orders them.
 _APPEND_LOCK_KEY = 0x4C65_6467  # "Ledg"
+
+# Woken once entries are appended, when a loop watches the ledger (engine.watched).
+CHANNEL = "ledger"
 
 TREE = tree.Tree("ledger_tree", "SELECT CAST(seq - 1 AS BIGINT) FROM ledger_entries WHERE seq = :number")
 
@@ -88,7 +91,10 @@ class New:
 
 async def append(conn: AsyncConnection, new: Sequence[New]) -> list[int]:
     """Append ``new`` entries in the caller's writing transaction, with the tree's nodes they
-    complete; their numbers. Holds the ledger's lock (PostgreSQL) until the transaction ends."""
+    complete; their numbers. Holds the ledger's lock (PostgreSQL) until the transaction ends, and
+    wakes :data:`CHANNEL` once it commits when a loop watches the ledger."""
+    if engine.watched(conn, CHANNEL):
+        engine.notify(conn, CHANNEL)
     if conn.dialect.name == "postgresql":
         draws = sorted(number for _, number in await direct.run(conn, _POSTGRES_DRAW, count=len(new)))
     else:
