@@ -37,6 +37,7 @@ import httpx
 
 from bench import harness
 from bench.agent import burst, sequential
+from bench.messages import admit_with_token
 from tests.served import SRC, ServedGateway
 
 # Put before src on a gateway's PYTHONPATH: its sitecustomize leaves the Run entries out.
@@ -57,15 +58,17 @@ def compare(backend: str, other: Path | None, rounds: int, samples: int, total: 
         # checkout's database is not at this checkout's revision.
         that.env["PYTHONPATH"] = without_env.get("PYTHONPATH", str(without_src))
         gateways = {"ledger": this, "without": that}
+        # Admitted once: an operator command per User per round took most of a round's time.
+        users = {name: [admit_with_token(served) for _ in range(clients + 1)] for name, served in gateways.items()}
         p50: dict[str, list[float]] = {name: [] for name in gateways}
         rate: dict[str, list[float]] = {name: [] for name in gateways}
         cpu_ms: dict[str, list[float]] = {name: [] for name in gateways}
         for number in range(rounds):
             for name in ("ledger", "without") if number % 2 == 0 else ("without", "ledger"):
                 served = gateways[name]
-                p50[name].append(statistics.median(asyncio.run(sequential(served, samples))))
+                p50[name].append(statistics.median(asyncio.run(sequential(served, samples, users[name][0][1]))))
                 before = harness.tree_cpu_s(served.process.pid)
-                rate[name].append(asyncio.run(burst(served, total, clients))[0])
+                rate[name].append(asyncio.run(burst(served, total, clients, users[name][1:]))[0])
                 cpu_ms[name].append((harness.tree_cpu_s(served.process.pid) - before) * 1000 / total)
             print(
                 f"[{backend}] round {number + 1} (load {os.getloadavg()[0]:.1f}): "
