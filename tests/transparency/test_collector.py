@@ -126,9 +126,10 @@ async def witnessed_at(gateway: Gateway, size: int, what: str) -> None:
     await wait_for(there, what)
 
 
-async def witnessed_size(gateway: Gateway) -> int | None:
+async def witnessed_size(gateway: Gateway, prefix: str = "") -> int | None:
+    """The size of the witnessed checkpoint of the log under ``prefix`` (the Decision log's, "/ledger")."""
     async with client(gateway) as agent:
-        response = await agent.get("/checkpoint/witnessed")
+        response = await agent.get(f"{prefix}/checkpoint/witnessed")
     if response.status_code == 404:
         return None
     assert response.status_code == 200
@@ -247,7 +248,7 @@ async def test_a_witness_with_another_key_for_the_log_never_cosigns_and_says_so_
 
     await wait_for(both_refused, "the ledger refused by both")
     assert len(ledger_refusals()) == 2 and all("404" in line and "the ledger log" in line for line in ledger_refusals())
-    assert await ledger_witnessed_size(gateway) is None
+    assert await witnessed_size(gateway, "/ledger") is None
     assert all(r.exc_info is None for r in caplog.records)
 
 
@@ -362,16 +363,20 @@ def another_database_url(request: pytest.FixtureRequest, database_url: str, tmp_
         yield url
 
 
+@pytest.mark.parametrize("log", ["decisions", "ledger"])
 def test_audit_with_witnesses_refuses_a_fork_of_the_log_it_remembers_witnessed(
-    database_url: str, another_database_url: str, witnesses: list[servers.Witness], origin: str, tmp_path: Path
+    log: str, database_url: str, another_database_url: str, witnesses: list[servers.Witness], origin: str,
+    tmp_path: Path,
 ) -> None:
-    # The operator's honest log, witnessed; the party audits it and remembers its checkpoint.
+    # The operator's honest log (the Decision log, or the Run ledger with --ledger), witnessed; the
+    # party audits it and remembers its checkpoint.
     pem = keys.generate_pem("ed25519")
     keys.write_private(tmp_path / "signing-key.pem", pem)
     identity = SigningIdentity(pem)
-    vkey = note.NoteSigner(origin, identity.key, identity.algorithm).key.vkey()
+    prefix, log_origin = ("", origin) if log == "decisions" else ("/ledger", origin + "/ledger")
+    vkey = note.NoteSigner(log_origin, identity.key, identity.algorithm).key.vkey()
     for listed in witnesses[:2]:
-        listed.trust(origin, vkey)
+        listed.trust(log_origin, vkey)
     # The same key and origin for both: the fork is the operator's own second log.
     env = {
         "AGENT_GATEWAY_SIGNING_KEY_FILE": str(tmp_path / "signing-key.pem"),
@@ -381,24 +386,40 @@ def test_audit_with_witnesses_refuses_a_fork_of_the_log_it_remembers_witnessed(
     state, jwks = tmp_path / "audit-state.json", tmp_path / "jwks.json"
     jwks.write_text(json.dumps(identity.jwks()))
     witnessed_by = [arg for listed in witnesses[:2] for arg in ("--witness", listed.vkey)]
+    which = [] if log == "decisions" else ["--ledger"]
 
     def audit(gateway: ServedGateway) -> subprocess.CompletedProcess[str]:
-        return run_cli_here("audit", gateway.agent_url, "--jwks", str(jwks), "--state", str(state), *witnessed_by,
-                            config=tmp_path / "none.toml")
+        return run_cli_here("audit", gateway.agent_url, *which, "--jwks", str(jwks), "--state", str(state),
+                            *witnessed_by, config=tmp_path / "none.toml")
 
     with ServedGateway.start(tmp_path / "honest", database_url, env) as honest:
-        served_publish(honest, 3)
-        wait_until(lambda: served_witnessed_size(honest) == 3)
+        served_grow(honest, prefix, 3)
+        wait_until(lambda: served_witnessed_size(honest, prefix) == 3)
         assert audit(honest).returncode == 0
-    # The fork: other Decisions under the same key and origin, of the same size and then larger.
+    # The fork: other entries under the same key and origin, of the same size and then larger.
     with ServedGateway.start(tmp_path / "fork", another_database_url, env) as fork:
-        for added, size in ((3, 3), (2, 5)):
-            served_publish(fork, added)
+        for size in (3, 5):
+            served_grow(fork, prefix, size)
             line = one_error_line(audit(fork))
             assert f"checkpoint {size} is not consistent with remembered checkpoint 3" in line
             assert "forks from the one remembered (a split view" in line
     # Nothing of a refused round is remembered.
     assert json.loads(state.read_text())["size"] == 3
+
+
+def served_grow(gateway: ServedGateway, prefix: str, size: int) -> None:
+    """Grow the served log under ``prefix`` (the Decision log's, the ledger's) to ``size``
+    entries: Decisions published, or Signals emitted as the operator's code would (a Run each)."""
+    while (current := served_size(gateway, prefix)) < size:
+        if prefix:
+            asyncio.run(emit(gateway.env["AGENT_GATEWAY_DATABASE_URL"], "message.received", {"userId": "u", "text": "hi"}))
+            wait_until(lambda: served_size(gateway, prefix) > current)
+        else:
+            served_publish(gateway, size - current)
+
+
+def served_size(gateway: ServedGateway, prefix: str) -> int:
+    return int(httpx.get(f"{gateway.agent_url}{prefix}/checkpoint", timeout=60).text.split("\n")[1])
 
 
 def served_publish(gateway: ServedGateway, count: int) -> None:
@@ -407,8 +428,8 @@ def served_publish(gateway: ServedGateway, count: int) -> None:
         assert response.status_code == 201, response.text
 
 
-def served_witnessed_size(gateway: ServedGateway) -> int:
-    response = httpx.get(f"{gateway.agent_url}/checkpoint/witnessed", timeout=60)
+def served_witnessed_size(gateway: ServedGateway, prefix: str = "") -> int:
+    response = httpx.get(f"{gateway.agent_url}{prefix}/checkpoint/witnessed", timeout=60)
     if response.status_code == 404:
         return 0
     return note.Checkpoint.parse(response.content[: response.content.index(b"\n\n") + 1]).size
@@ -460,15 +481,6 @@ async def test_a_real_witnessed_proof_verifies_here_and_with_aics_tlog(
 # --- The Run ledger, witnessed by the same witnesses ------------------------------------------
 
 
-async def ledger_witnessed_size(gateway: Gateway) -> int | None:
-    async with client(gateway) as agent:
-        response = await agent.get("/ledger/checkpoint/witnessed")
-    if response.status_code == 404:
-        return None
-    assert response.status_code == 200
-    return note.Checkpoint.parse(response.content[: response.content.index(b"\n\n") + 1]).size
-
-
 async def test_the_run_ledger_is_witnessed_too_woken_by_each_entry(
     settings: config.Settings, witnesses: list[servers.Witness], origin: str, running: Callable,
     monkeypatch: pytest.MonkeyPatch,
@@ -479,7 +491,7 @@ async def test_the_run_ledger_is_witnessed_too_woken_by_each_entry(
     gateway = await running(settings)
 
     async def ledger_at(size: int) -> bool:
-        return await ledger_witnessed_size(gateway) == size
+        return await witnessed_size(gateway, "/ledger") == size
 
     await wait_for(functools.partial(ledger_at, 1), "the instructions entry witnessed")
     # A Run's start as the Signal Worker writes it: its entry wakes the ledger's collector.
@@ -498,60 +510,4 @@ async def test_the_run_ledger_is_witnessed_too_woken_by_each_entry(
         assert metrics.witness_cosigned_size.labels("ledger", name)._value.get() == 3  # type: ignore[attr-defined]
     # The Decision log's collector works beside it, on its own tree.
     await witnessed_at(gateway, 1, "the Decision log witnessed at 1")
-    assert await ledger_witnessed_size(gateway) == 3
-
-
-def test_audit_of_the_ledger_with_witnesses_refuses_a_fork_it_remembers_witnessed(
-    database_url: str, another_database_url: str, witnesses: list[servers.Witness], origin: str, tmp_path: Path
-) -> None:
-    # The operator's honest ledger, witnessed; the party audits it and remembers its checkpoint.
-    pem = keys.generate_pem("ed25519")
-    keys.write_private(tmp_path / "signing-key.pem", pem)
-    identity = SigningIdentity(pem)
-    settings_env = {
-        "AGENT_GATEWAY_SIGNING_KEY_FILE": str(tmp_path / "signing-key.pem"),
-        "AGENT_GATEWAY_TRANSPARENCY_ORIGIN": origin,
-        "AGENT_GATEWAY_TRANSPARENCY_WITNESSES": json.dumps([{"url": w.url, "vkey": w.vkey} for w in witnesses[:2]]),
-    }
-    ledger = note.NoteSigner(origin + "/ledger", identity.key, identity.algorithm)
-    for listed in witnesses[:2]:
-        listed.trust(ledger.origin, ledger.key.vkey())
-    state, jwks = tmp_path / "ledger-state.json", tmp_path / "jwks.json"
-    jwks.write_text(json.dumps(identity.jwks()))
-    witnessed_by = [arg for listed in witnesses[:2] for arg in ("--witness", listed.vkey)]
-
-    def audit(gateway: ServedGateway) -> subprocess.CompletedProcess[str]:
-        return run_cli_here("audit", gateway.agent_url, "--ledger", "--jwks", str(jwks), "--state", str(state),
-                            *witnessed_by, config=tmp_path / "none.toml")
-
-    with ServedGateway.start(tmp_path / "honest", database_url, settings_env) as honest:
-        served_run(honest, 2)
-        wait_until(lambda: served_ledger_witnessed_size(honest) == 2)
-        assert audit(honest).returncode == 0
-    # The fork: other entries under the same key and origin, of the same size and then larger.
-    with ServedGateway.start(tmp_path / "fork", another_database_url, settings_env) as fork:
-        for size in (2, 3):
-            served_run(fork, size)
-            line = one_error_line(audit(fork))
-            assert f"checkpoint {size} is not consistent with remembered checkpoint 2" in line
-            assert "forks from the one remembered (a split view" in line
-    # Nothing of a refused round is remembered.
-    assert json.loads(state.read_text())["size"] == 2
-
-
-def served_run(gateway: ServedGateway, size: int) -> None:
-    """Emit a Signal the served gateway handles (as the operator's code would), and wait until its
-    Run's entry makes the ledger ``size`` long."""
-    asyncio.run(emit(gateway.env["AGENT_GATEWAY_DATABASE_URL"], "message.received", {"userId": "u", "text": "hi"}))
-    wait_until(lambda: ledger_size(gateway) == size)
-
-
-def ledger_size(gateway: ServedGateway) -> int:
-    return int(httpx.get(f"{gateway.agent_url}/ledger/checkpoint", timeout=60).text.split("\n")[1])
-
-
-def served_ledger_witnessed_size(gateway: ServedGateway) -> int:
-    response = httpx.get(f"{gateway.agent_url}/ledger/checkpoint/witnessed", timeout=60)
-    if response.status_code == 404:
-        return 0
-    return note.Checkpoint.parse(response.content[: response.content.index(b"\n\n") + 1]).size
+    assert await witnessed_size(gateway, "/ledger") == 3

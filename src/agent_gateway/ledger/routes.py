@@ -51,14 +51,7 @@ _CHECKPOINT = {
     }
 }
 _CHECKPOINT_SUMMARY = "The signed checkpoint of the Run ledger's Merkle tree"
-_WITNESSED = {
-    200: {
-        "content": {"text/plain": {"schema": {"type": "string"}}},
-        "description": "The Run ledger's checkpoint as one C2SP signed note: the gateway's signature line and "
-        "one C2SP tlog-cosignature line per witness that cosigned it",
-    },
-    **error_responses(404),
-}
+_WITNESSED = transparency_routes.WITNESSED
 _WITNESSED_SUMMARY = "The newest checkpoint of the Run ledger cosigned by a quorum of the witnesses"
 _CONSISTENCY = {200: {"model": transparency_routes.ConsistencyOut}}
 _CONSISTENCY_SUMMARY = "The consistency proof between two sizes of the Run ledger's tree"
