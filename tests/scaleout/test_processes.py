@@ -37,7 +37,7 @@ from agent_gateway.scheduler import service as scheduler_service
 from agent_gateway.signals import service as signals_service
 from agent_gateway.store.engine import Store, libpq_dsn
 from agent_gateway.users import service as users_service
-from agent_gateway.transparency import note
+from agent_gateway.transparency.note import Checkpoint
 from tests import served
 from tests.test_merkle import mth
 from tests.messages.records import assert_error, stored_signals
@@ -215,7 +215,7 @@ async def whole_ledger(client: httpx.AsyncClient, process: served.ServedGateway)
     entries = (await client.get(f"{process.agent_url}/ledger/entries", params={"after": "0", "limit": "200"})).json()["entries"]
     assert [entry["seq"] for entry in entries] == list(range(1, len(entries) + 1))
     signed = (await client.get(f"{process.agent_url}/ledger/checkpoint")).content
-    checkpoint = note.Checkpoint.parse(signed[: signed.index(b"\n\n") + 1])
+    checkpoint = Checkpoint.parse(signed[: signed.index(b"\n\n") + 1])
     assert (checkpoint.size, checkpoint.root) == (len(entries), mth([entry["leaf"].encode() for entry in entries]))
     return entries
 
