@@ -58,6 +58,12 @@ def witnesses(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[servers
 
 
 @pytest.fixture
+def unswept(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Collectors that look again only when woken: unwoken, only after an hour, far past the ceiling of the waits."""
+    monkeypatch.setattr(collector, "SWEEP_S", 3600.0)
+
+
+@pytest.fixture
 def origin() -> str:
     return f"agent-gateway.test/{uuid.uuid4().hex[:12]}"
 
@@ -167,11 +173,8 @@ async def test_a_quorum_of_real_witnesses_cosigns_and_the_note_verifies(
 
 
 async def test_a_publish_in_another_process_wakes_the_collector_and_many_are_coalesced(
-    settings: config.Settings, witnesses: list[servers.Witness], origin: str, running: Callable,
-    monkeypatch: pytest.MonkeyPatch,
+    settings: config.Settings, witnesses: list[servers.Witness], origin: str, running: Callable, unswept: None
 ) -> None:
-    # Unwoken, the collector would look again only after an hour: far past the ceiling of the waits.
-    monkeypatch.setattr(collector, "SWEEP_S", 3600.0)
     settings = trusted_by(settings, origin, witnesses[:2])
     leader = await running(settings)
     async with client(leader) as agent:
@@ -482,11 +485,8 @@ async def test_a_real_witnessed_proof_verifies_here_and_with_aics_tlog(
 
 
 async def test_the_run_ledger_is_witnessed_too_woken_by_each_entry(
-    settings: config.Settings, witnesses: list[servers.Witness], origin: str, running: Callable,
-    monkeypatch: pytest.MonkeyPatch,
+    settings: config.Settings, witnesses: list[servers.Witness], origin: str, running: Callable, unswept: None
 ) -> None:
-    # Unwoken, the collectors would look again only after an hour: far past the ceiling of the waits.
-    monkeypatch.setattr(collector, "SWEEP_S", 3600.0)
     settings = trusted_by(settings, origin, witnesses[:2])
     gateway = await running(settings)
 
