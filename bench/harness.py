@@ -14,6 +14,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -172,3 +173,13 @@ def gateway(backend: str, env: dict[str, str] | None = None, src: Path = SRC) ->
             settings = {"AGENT_GATEWAY_LOG_LEVEL": "WARNING", **(env or {})}
             with ServedGateway.start(directory / "deployment", url, settings, src=src) as served:
                 yield served
+
+
+def time_command(argv: list[str], env: dict[str, str]) -> float:
+    """Seconds the command ``argv`` takes to exit 0 (an interpreter's start included); a refusal ends the benchmark."""
+    started = time.perf_counter()
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
+    elapsed = time.perf_counter() - started
+    if done.returncode != 0:
+        raise SystemExit(f"{' '.join(argv[2:4])} refused: {done.stdout}{done.stderr}")
+    return elapsed

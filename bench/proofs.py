@@ -20,7 +20,6 @@ import argparse
 import asyncio
 import json
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -83,15 +82,6 @@ def verify_command(path: Path, vkey: str) -> list[str]:
             *[arg for _, key in WITNESSES for arg in ("--witness", key.vkey())]]
 
 
-def time_command(argv: list[str], env: dict[str, str]) -> float:
-    started = time.perf_counter()
-    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
-    elapsed = time.perf_counter() - started
-    if done.returncode != 0:
-        raise SystemExit(f"verify-proof refused the proof: {done.stdout}{done.stderr}")
-    return elapsed
-
-
 def time_in_process(path: Path, vkey: str) -> float:
     parsed, key = proof.TlogProof.parse(path.read_bytes()), proof.gateway_key(vkey)
     witnesses = [key for _, key in WITNESSES]
@@ -118,7 +108,7 @@ def run(backend: str, large: int, runs: int) -> None:
         for number in range(runs):
             for size in (SMALL, large) if number % 2 == 0 else (large, SMALL):
                 path, vkey = proofs[size]
-                command[size].append(time_command(verify_command(path, vkey), command_env))
+                command[size].append(harness.time_command(verify_command(path, vkey), command_env))
                 alone[size].append(time_in_process(path, vkey))
         for size in (SMALL, large):
             path, _ = proofs[size]

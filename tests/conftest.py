@@ -22,6 +22,7 @@ from pathlib import Path
 import asyncpg
 import httpx
 import pytest
+from xdist.scheduler import LoadScopeScheduling
 
 from agent_gateway import config
 from agent_gateway.gateway import Gateway
@@ -34,6 +35,45 @@ from tests import served
 POSTGRES_URL = os.environ.get("AGENT_GATEWAY_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
 REQUIRE_POSTGRES = os.environ.get("AGENT_GATEWAY_TEST_REQUIRE_POSTGRES") == "1"
 RUN_ID = uuid.uuid4().hex[:10]
+
+
+# The modules whose tests share a server started once per module or session (a homeserver, a relay,
+# witnesses, a served gateway, a built program): each runs in one pytest-xdist worker, so that
+# its fixture starts once rather than once in every worker that takes one of its tests.
+ONE_WORKER_MODULES = frozenset({
+    "tests/agent/test_client.py",
+    "tests/auth/test_cli.py",
+    "tests/channels/test_matrix.py",
+    "tests/channels/test_nostr.py",
+    "tests/cli/test_two_gateways.py",
+    "tests/docs/test_site.py",
+    "tests/http/test_connections.py",
+    "tests/mcp/test_tools.py",
+    "tests/signatures/test_cli.py",
+    "tests/streams/test_streams.py",
+    "tests/transparency/test_collector.py",
+    "tests/transparency/test_go.py",
+})
+
+
+class OneWorkerPerSharedServer(LoadScopeScheduling):
+    """``--dist loadgroup``: each test alone, except those of :data:`ONE_WORKER_MODULES`, by module.
+
+    pytest-xdist's own ``xdist_group`` marker cannot do this under pytest 9: xdist 3.8 renames a
+    grouped test's node id through an attribute pytest 9 no longer reads, so the groups were
+    silently ignored and every worker started its own homeserver. The scheduler sees only node
+    ids, hence a list of modules.
+    """
+
+    def _split_scope(self, nodeid: str) -> str:
+        module = nodeid.split("::", 1)[0]
+        return module if module in ONE_WORKER_MODULES else nodeid
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> LoadScopeScheduling | None:
+    if config.getvalue("dist") == "loadgroup":
+        return OneWorkerPerSharedServer(config, log)  # type: ignore[arg-type]
+    return None
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -23,7 +23,7 @@ from tests import servers
 from tests.channels.conftest import Deployment, Person, store_and_kill, until
 from tests.served import ServedGateway
 
-pytestmark = [pytest.mark.processes, pytest.mark.xdist_group("matrix")]
+pytestmark = pytest.mark.processes
 
 
 async def joined(person: Person, room_id: str, agent: str) -> None:

@@ -30,7 +30,7 @@ from tests.channels.conftest import CEILING_S, HANDLERS, Deployment, store_and_k
 from tests.channels.test_matrix import all_delivered, count, has_state, log_of
 from tests.served import ServedGateway, run_cli, run_cli_here
 
-pytestmark = [pytest.mark.processes, pytest.mark.xdist_group("nostr")]
+pytestmark = pytest.mark.processes
 
 
 

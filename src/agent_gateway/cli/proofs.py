@@ -1,4 +1,5 @@
-"""``agent-gateway verify-proof``: check an offline proof of a Decision with no network and no database."""
+"""``agent-gateway verify-proof`` and ``verify-receipt``: check an offline proof of a Decision, or a
+User's receipt of a Message, with no network and no database."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Annotated
 import typer
 
 from agent_gateway.cli.common import fail
+from agent_gateway.ledger import receipt
 from agent_gateway.transparency import note, proof, witness
 
 
@@ -51,3 +53,26 @@ def verify_proof(
         raise fail(str(exc)) from None
     cosigned = f", cosigned by {', '.join(verified.cosigned_by)}" if verified.cosigned_by else ""
     typer.echo(f"ok: Decision {verified.seq} is in {verified.checkpoint.origin} at tree size {verified.checkpoint.size}{cosigned}")
+
+
+def verify_receipt(
+    file: Annotated[Path, typer.Argument(help="the receipt (JSON), from GET /messages/{seq}/receipt")],
+    text: Annotated[str, typer.Option("--text", help="the Message as you wrote it")],
+    key: Annotated[str, typer.Option("--key", help="the gateway's vkey (agent-gateway keys show)")],
+) -> None:
+    """Verify a receipt of your Message: the Run ledger's checkpoint is signed under --key, every
+    entry is in its tree, and each Run's payload and Prompt digests are those of --text in the
+    Message, its Prompt made with the template of the published instructions. Exit 0 and one line;
+    exit 1 and one line naming what differs.
+    """
+    try:
+        data = file.read_bytes()
+    except OSError as exc:
+        raise fail(f"{file}: {exc.strerror}") from None
+    try:
+        parsed = receipt.parse(data)
+        verified = receipt.verify(parsed, text, proof.gateway_key(key))
+    except (receipt.ReceiptFailure, proof.ProofFailure) as exc:
+        raise fail(str(exc)) from None
+    told = ", ".join(f"#{number}" for number in verified.instructions)
+    typer.echo(f"your Message reached the agent as written, under instructions {told}")

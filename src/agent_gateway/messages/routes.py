@@ -22,6 +22,7 @@ from agent_gateway.http import params
 from agent_gateway.http.app import router as new_router
 from agent_gateway.http.fastpath import Answer
 from agent_gateway.http.routing import error_responses, json_response
+from agent_gateway.ledger import receipt as receipts
 from agent_gateway.messages import service
 from agent_gateway.store.window import Window
 
@@ -108,6 +109,16 @@ async def read_own_log(
 async def receive(request: Request, caller: Caller, body: InboundIn) -> Any:
     message = await request.app.state.messages.receive(caller.user.id, body.text)
     return json_response(message.to_json(), 201)
+
+
+@public.get(
+    PREFIX + "/{seq}/receipt",
+    responses={200: {"model": receipts.Receipt}, **error_responses(401, 404)},
+    summary="The receipt of one of your inbound Messages: the Run ledger's proof of what the agent was given",
+)
+async def receipt(request: Request, caller: Caller, seq: str) -> Any:
+    state = request.app.state
+    return json_response(await receipts.build(state.store, state.ledger_checkpoints, caller.user.id, params.seq_path(seq)))
 
 
 # --- The fast path (http.fastpath) of the busiest routes ---------------------------

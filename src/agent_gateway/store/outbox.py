@@ -42,6 +42,37 @@ STATES = (PENDING, FAILED, DELIVERED, DEAD)
 OPEN = (PENDING, FAILED)
 
 
+@dataclasses.dataclass(frozen=True)
+class Listed:
+    """Where one row of any outbox stands, as the operator's commands list it (never what it sends).
+
+    An area's listed delivery adds what names it; :meth:`columns` are this part's columns, first in
+    its query, so that a row builds the whole record positionally.
+    """
+
+    state: str
+    attempts: int
+    created_at: str
+    next_attempt_at: str
+    last_error: str | None
+    delivered_at: str | None
+
+    @staticmethod
+    def columns(table: sa.Table) -> tuple[sa.Column[Any], ...]:
+        return (
+            table.c.state, table.c.attempts, table.c.created_at, table.c.next_attempt_at, table.c.last_error,
+            table.c.delivered_at,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "state": self.state, "attempts": self.attempts, "createdAt": self.created_at,
+            # While open, when it is next tried; once delivered or dead, when it closed (not shown).
+            "nextAttemptAt": self.next_attempt_at if self.state in OPEN else None,
+            "lastError": self.last_error, "deliveredAt": self.delivered_at,
+        }
+
+
 # Rows per SQLite statement, well under its limit of bound values (32,766).
 SQLITE_ROWS = 512
 

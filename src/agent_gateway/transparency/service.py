@@ -45,12 +45,20 @@ def signer(settings: Settings, identity: SigningIdentity) -> note.NoteSigner:
 def ledger_signer(settings: Settings, identity: SigningIdentity) -> note.NoteSigner:
     """The Run ledger's signer: the same key under an origin of its own, the Decision log's with
     ``agent-gateway/ledger/`` for its prefix, or ``transparency.origin`` followed by ``/ledger``."""
-    decisions = origin(settings, identity)
-    if settings.transparency_origin is not None:
-        ledger = decisions + "/ledger"
-    else:
-        ledger = LEDGER_ORIGIN_PREFIX + decisions.removeprefix(ORIGIN_PREFIX)
+    ledger = ledger_origin(origin(settings, identity), custom=settings.transparency_origin is not None)
     return note.NoteSigner(ledger, identity.key, identity.algorithm)
+
+
+def ledger_origins(decisions: str) -> set[str]:
+    """The Run ledger's origins a Decision log's origin ``decisions`` may go with (a verifier given
+    the Decision log's vkey does not know whether its name was configured)."""
+    return {ledger_origin(decisions, custom=True), ledger_origin(decisions, custom=False)}
+
+
+def ledger_origin(decisions: str, *, custom: bool) -> str:
+    """The Run ledger's origin beside the Decision log's ``decisions``: ``decisions`` + ``/ledger``
+    for a configured ``transparency.origin`` (``custom``), else the ``agent-gateway/ledger/`` twin."""
+    return decisions + "/ledger" if custom else LEDGER_ORIGIN_PREFIX + decisions.removeprefix(ORIGIN_PREFIX)
 
 
 @dataclasses.dataclass(frozen=True)

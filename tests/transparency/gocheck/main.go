@@ -6,8 +6,12 @@
 //	gocheck cosignature VKEY NOTE            a cosignature/v1 line by the witness VKEY (c2sp.org/tlog-cosignature)
 //	gocheck inclusion LEAF INDEX NOTE PROOF  leaf INDEX holds LEAF in the note's tree (tlog.CheckRecord)
 //	gocheck consistency OLD NEW PROOF        the tree of note OLD is a prefix of note NEW's (tlog.CheckTree)
+//	gocheck receipt VKEY RECEIPT LEAF...     a User's receipt of the Run ledger: its checkpoint signed by VKEY,
+//	                                         and each LEAF at the index of the receipt's entry in the same place
+//	                                         (its runs, then its instructions) with that entry's proof
 //
-// NOTE, OLD, NEW and LEAF are files; PROOF is a file of base64 hashes, one a line.
+// NOTE, OLD, NEW, LEAF and RECEIPT (JSON, as GET /messages/{seq}/receipt answers) are files; PROOF is
+// a file of base64 hashes, one a line.
 package main
 
 import (
@@ -17,6 +21,7 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -36,7 +41,7 @@ func main() {
 
 func run(args []string) error {
 	if len(args) == 0 {
-		return errors.New("usage: gocheck note|cosignature|inclusion|consistency ...")
+		return errors.New("usage: gocheck note|cosignature|inclusion|consistency|receipt ...")
 	}
 	switch {
 	case args[0] == "note" && len(args) == 3:
@@ -58,6 +63,8 @@ func run(args []string) error {
 			return err
 		}
 		return tlog.CheckRecord(tlog.RecordProof(proof), size, root, index, tlog.RecordHash(read(args[1])))
+	case args[0] == "receipt" && len(args) >= 3:
+		return checkReceipt(args[1], read(args[2]), args[3:])
 	case args[0] == "consistency" && len(args) == 4:
 		oldSize, oldRoot, err := tree(read(args[1]))
 		if err != nil {
@@ -156,4 +163,54 @@ func checkCosignature(vkey string, msg []byte) error {
 		}
 	}
 	return fmt.Errorf("no cosignature by %s verifies", name)
+}
+
+// receiptEntry is one proved entry of a receipt; its leaf is not read here: the caller gives the
+// leaves it expects, made on its own.
+type receiptEntry struct {
+	Seq    int64    `json:"seq"`
+	Index  int64    `json:"index"`
+	Hashes []string `json:"hashes"`
+}
+
+// checkReceipt: the receipt's checkpoint opens under vkey (note.Open), and leaves[i] is the leaf at
+// the index of the receipt's i-th entry (runs, then instructions), by that entry's proof (tlog.CheckRecord).
+func checkReceipt(vkey string, data []byte, leaves []string) error {
+	var receipt struct {
+		Checkpoint   string         `json:"checkpoint"`
+		Runs         []receiptEntry `json:"runs"`
+		Instructions []receiptEntry `json:"instructions"`
+	}
+	if err := json.Unmarshal(data, &receipt); err != nil {
+		return err
+	}
+	opened, err := openNote(vkey, []byte(receipt.Checkpoint))
+	if err != nil {
+		return err
+	}
+	size, root, err := tree([]byte(opened.Text))
+	if err != nil {
+		return err
+	}
+	entries := append(receipt.Runs, receipt.Instructions...)
+	if len(entries) != len(leaves) {
+		return fmt.Errorf("the receipt holds %d entries, %d leaves given", len(entries), len(leaves))
+	}
+	for i, entry := range entries {
+		if entry.Index != entry.Seq-1 {
+			return fmt.Errorf("entry %d: index %d is not seq - 1", entry.Seq, entry.Index)
+		}
+		var proof []tlog.Hash
+		for _, text := range entry.Hashes {
+			hash, err := tlog.ParseHash(text)
+			if err != nil {
+				return err
+			}
+			proof = append(proof, hash)
+		}
+		if err := tlog.CheckRecord(proof, size, root, entry.Index, tlog.RecordHash(read(leaves[i]))); err != nil {
+			return fmt.Errorf("entry %d: %v", entry.Seq, err)
+		}
+	}
+	return nil
 }

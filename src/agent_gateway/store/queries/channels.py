@@ -243,7 +243,7 @@ class Claimed:
 
 
 @dataclasses.dataclass(frozen=True)
-class Delivery:
+class Delivery(outbox.Listed):
     """What the operator reads of a delivery (``agent-gateway channels deliveries``): never its text."""
 
     id: str
@@ -251,20 +251,11 @@ class Delivery:
     identity: str
     kind: str
     message_id: str | None
-    state: str
-    attempts: int
-    created_at: str
-    next_attempt_at: str
-    last_error: str | None
-    delivered_at: str | None
 
     def to_json(self) -> dict[str, Any]:
         return {
             "id": self.id, "channel": self.channel, "identity": self.identity, "kind": self.kind,
-            "message": self.message_id, "state": self.state, "attempts": self.attempts,
-            "createdAt": self.created_at,
-            "nextAttemptAt": self.next_attempt_at if self.state in OPEN else None,
-            "lastError": self.last_error, "deliveredAt": self.delivered_at,
+            "message": self.message_id, **super().to_json(),
         }
 
 
@@ -333,9 +324,8 @@ async def depth(conn: AsyncConnection, *, channel: str) -> int:
 
 
 _LISTED = (
-    deliveries.c.id, deliveries.c.channel, deliveries.c.identity, deliveries.c.kind, deliveries.c.message_id,
-    deliveries.c.state, deliveries.c.attempts, deliveries.c.created_at, deliveries.c.next_attempt_at,
-    deliveries.c.last_error, deliveries.c.delivered_at,
+    *outbox.Listed.columns(deliveries), deliveries.c.id, deliveries.c.channel, deliveries.c.identity, deliveries.c.kind,
+    deliveries.c.message_id,
 )
 
 

@@ -21,7 +21,7 @@ from agent_gateway.store import direct, engine
 from agent_gateway.store import window as windows
 from agent_gateway.store.engine import Store
 from agent_gateway.store.queries import tree
-from agent_gateway.store.tables import ledger_entries
+from agent_gateway.store.tables import ledger_entries, runs
 
 INSTRUCTIONS, RUN = "instructions", "run"
 # Any constant shared by every writer of the ledger: the key of the advisory lock that orders them.
@@ -186,3 +186,16 @@ async def window(store: Store, *, window: windows.Window) -> list[Entry]:
 def _entry(row: Sequence[object]) -> Entry:
     seq, kind, leaf = row
     return Entry(int(seq), str(kind), str(leaf).encode())  # type: ignore[call-overload]
+
+
+_OF_SIGNAL = direct.Query(
+    sa.select(*_COLUMNS)
+    .select_from(ledger_entries.join(runs, runs.c.id == ledger_entries.c.run_id))
+    .where(runs.c.signal_id == sa.bindparam("signal_id"))
+    .order_by(ledger_entries.c.seq)
+)
+
+
+async def of_signal(store: Store, *, signal_id: str) -> list[Entry]:
+    """The entries of the started Runs of Signal ``signal_id``, ascending by number."""
+    return [_entry(row) for row in await store.fetch(_OF_SIGNAL, signal_id=signal_id)]

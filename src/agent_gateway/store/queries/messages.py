@@ -200,3 +200,14 @@ async def last_rowid(store: Store) -> int:
 async def writers_since(store: Store, *, rowid: int) -> list[str]:
     """The Users whose logs have a row past ``rowid`` (on SQLite)."""
     return [user_id for (user_id,) in await store.fetch(_WRITERS_SINCE, rowid=rowid)]
+
+
+_GET = direct.Query(
+    sa.select(*_COLUMNS).where(messages.c.user_id == sa.bindparam("user_id"), messages.c.seq == sa.bindparam("seq"))
+)
+
+
+async def get(store: Store, *, user_id: str, seq: int) -> Message | None:
+    """Message ``seq`` of ``user_id``'s log, either direction."""
+    rows = await store.fetch(_GET, user_id=user_id, seq=seq)
+    return Message(*rows[0]) if rows else None

@@ -16,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agent_gateway import jsontext, records
 from agent_gateway.store import direct
+from agent_gateway.store.engine import Store
 from agent_gateway.store.queries import runs as run_queries
 from agent_gateway.store.tables import signals
 
@@ -231,3 +232,27 @@ async def count_failed_with(conn: AsyncConnection, *, error: str) -> int:
     """How many Signals are ``failed`` with exactly ``error``."""
     query = sa.select(sa.func.count()).where(signals.c.state == FAILED, signals.c.error == error)
     return (await conn.execute(query)).scalar_one()
+
+
+# A Message's Signal: emitted in the transaction that recorded the Message, so at or after its
+# createdAt and before ``until`` (the index on kind and emittedAt finds it a few rows in), its
+# payload the Message record, whose "id" member the pattern matches (a quote inside a JSON string
+# is escaped, so the text cannot forge it; the caller checks the payload again).
+_CARRYING = direct.Query(
+    sa.select(*_COLUMNS)
+    .where(
+        signals.c.kind == sa.bindparam("kind"),
+        signals.c.emitted_at >= sa.bindparam("since"),
+        signals.c.emitted_at <= sa.bindparam("until"),
+        signals.c.payload.like(sa.bindparam("pattern", type_=sa.Text)),
+    )
+    .order_by(*_QUEUE_ORDER)
+    .limit(1)
+)
+
+
+async def carrying(store: Store, *, kind: str, since: str, until: str, payload_id: str) -> Signal | None:
+    """The first Signal of ``kind`` emitted from ``since`` to ``until`` whose payload's ``id`` is
+    ``payload_id`` (a UUID), if any."""
+    rows = await store.fetch(_CARRYING, kind=kind, since=since, until=until, pattern=f'%"id":"{payload_id}"%')
+    return Signal.from_driver(rows[0]) if rows else None

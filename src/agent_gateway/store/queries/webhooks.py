@@ -41,32 +41,15 @@ class Claimed:
 
 
 @dataclasses.dataclass(frozen=True)
-class Delivery:
+class Delivery(outbox.Listed):
     """What the operator reads of a delivery (``agent-gateway webhooks deliveries``)."""
 
     id: str
     url: str
     event: str
-    state: str
-    attempts: int
-    created_at: str
-    next_attempt_at: str
-    last_error: str | None
-    delivered_at: str | None
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "url": self.url,
-            "event": self.event,
-            "state": self.state,
-            "attempts": self.attempts,
-            "createdAt": self.created_at,
-            # While open, when it is next tried; once delivered or dead, when it closed (not shown).
-            "nextAttemptAt": self.next_attempt_at if self.state in OPEN else None,
-            "lastError": self.last_error,
-            "deliveredAt": self.delivered_at,
-        }
+        return {"id": self.id, "url": self.url, "event": self.event, **super().to_json()}
 
 
 # A new delivery's columns, in the order insert() takes them. On PostgreSQL its rows go in as a
@@ -115,10 +98,7 @@ async def next_due(conn: AsyncConnection) -> str | None:
     return await _OUTBOX.next_due(conn)
 
 
-_LISTED = (
-    deliveries.c.id, deliveries.c.url, deliveries.c.event, deliveries.c.state, deliveries.c.attempts,
-    deliveries.c.created_at, deliveries.c.next_attempt_at, deliveries.c.last_error, deliveries.c.delivered_at,
-)
+_LISTED = (*outbox.Listed.columns(deliveries), deliveries.c.id, deliveries.c.url, deliveries.c.event)
 
 
 async def newest(conn: AsyncConnection, *, limit: int, state: str | None = None) -> list[Delivery]:

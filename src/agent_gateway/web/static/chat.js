@@ -219,6 +219,16 @@
     const who = message.direction === "inbound" ? "You" : "Agent";
     meta.textContent = who + " · " + when.toLocaleString([], { dateStyle: "short", timeStyle: "short" });
     item.append(meta, document.createTextNode(message.text)); // text, never markup
+    if (message.direction === "inbound") {
+      // The receipt's mark: checks, when pressed, that the Message reached the agent as shown.
+      const badge = document.createElement("button");
+      badge.type = "button";
+      badge.className = "mark";
+      badge.textContent = "check receipt";
+      badge.title = "Check in this browser that this Message reached the agent as written, and under which instructions";
+      badge.addEventListener("click", () => checkReceipt(session, message, item));
+      item.append(badge);
+    }
     let next = null;
     for (const other of list.children) {
       if (Number(other.dataset.seq) > message.seq) {
@@ -385,6 +395,69 @@
       if (!(error instanceof window.agentGatewayProofs.Refused)) throw error;
       mark(item, "failed", "✗ does not verify", error.message);
     }
+  }
+
+  // --- a Message's receipt, checked here -------------------------------------------------
+
+  // The receipt of one of the User's Messages (GET /messages/{seq}/receipt), checked against the
+  // JWK Set (window.agentGatewayProofs.verifyReceipt, verify.js) for the text the page shows; once
+  // it verifies, the instructions in force open under the Message, and the mark toggles them.
+  async function checkReceipt(current, message, item) {
+    const opened = item.querySelector(".instructions");
+    if (opened) {
+      opened.open = !opened.open;
+      return;
+    }
+    if (!current) return;
+    mark(item, "checking", "checking…", "");
+    let jwks, receipt;
+    try {
+      [jwks, receipt] = await Promise.all([
+        api("GET", "/jwks.json"),
+        api("GET", `/messages/${message.seq}/receipt`, { auth: current }),
+      ]);
+    } catch (error) {
+      if (error.status === 401) return sessionEnded();
+      return mark(item, "unknown", "not checked", "The receipt could not be fetched: " + error.message);
+    }
+    if (session !== current) return;
+    const proofs = window.agentGatewayProofs;
+    if (!(await proofs.supported(jwks))) {
+      return mark(item, "unknown", "not checked", "This browser cannot check Ed25519 signatures: check the receipt with agent-gateway verify-receipt.");
+    }
+    let checked;
+    try {
+      checked = await proofs.verifyReceipt(receipt, message, jwks);
+    } catch (error) {
+      if (!(error instanceof proofs.Refused)) throw error;
+      return mark(item, "failed", "✗ receipt does not verify", error.message);
+    }
+    if (checked.instructions.length === 0) {
+      return mark(item, "pending", "not run yet", "No Run has started for this Message yet: check again later.");
+    }
+    const numbers = checked.instructions.map((entry) => "#" + entry.seq).join(", ");
+    if (checked.promptsChecked) {
+      mark(item, "verified", "✓ reached the agent as written",
+        `Checked in this browser: the Run ledger, signed by the gateway, records a Run given exactly this text, ` +
+        `in the Prompt the template of instructions ${numbers} makes of it.`);
+    } else {
+      mark(item, "unknown", "✓ text as written, Prompt not checked here",
+        `The Run ledger records a Run given exactly this text, under instructions ${numbers}; its template is beyond ` +
+        "what this page renders: check the Prompt with agent-gateway verify-receipt.");
+    }
+    const details = document.createElement("details");
+    details.className = "instructions";
+    details.open = true;
+    const summary = document.createElement("summary");
+    summary.textContent = `Instructions ${numbers} in force`;
+    details.append(summary);
+    for (const entry of checked.instructions) {
+      const shown = document.createElement("pre");
+      shown.dataset.seq = String(entry.seq);
+      shown.textContent = JSON.stringify(entry.instructions, null, 2); // text, never markup
+      details.append(shown);
+    }
+    item.append(details);
   }
 
   // --- the live stream ------------------------------------------------------------------

@@ -4,6 +4,12 @@
 // at least a quorum of the listed witnesses cosigned it (c2sp.org/tlog-cosignature), and the leaf
 // (the proof's extra) is the Decision's JWS, which verifies under the same key and says what the
 // page shows. Nothing here is trusted from the proof alone: keys come from the caller.
+//
+// A User's receipt of a Message (GET /messages/{seq}/receipt), checked as `agent-gateway
+// verify-receipt` does: the Run ledger's checkpoint signed by the gateway's key, each entry in its
+// tree, and each Run's payload and Prompt digests recomputed from the text the page shows and the
+// template the instructions entry publishes. The page renders only templates of text and
+// `{{ name }}` substitutions (the default's shape); the command checks any, with the gateway's own Jinja2.
 "use strict";
 
 window.agentGatewayProofs = (() => {
@@ -190,5 +196,97 @@ window.agentGatewayProofs = (() => {
     return { size: checkpoint.size, cosigned };
   }
 
-  return { verify, supported, Refused };
+  // --- receipts of the Run ledger ---------------------------------------------------------
+
+  const hexOf = (bytes) => Array.from(bytes, (byte) => byte.toString(16).padStart(2, "0")).join("");
+  const LEDGER_ORIGIN = /^agent-gateway\/ledger\/|\/ledger$/;
+
+  // RFC 8785 for what JSON.parse gives: members sorted by UTF-16 code units, JSON.stringify's
+  // strings and numbers (which RFC 8785 takes from ECMAScript).
+  function canonical(value) {
+    if (Array.isArray(value)) return "[" + value.map(canonical).join(",") + "]";
+    if (value !== null && typeof value === "object") {
+      return "{" + Object.keys(value).sort().map((name) => JSON.stringify(name) + ":" + canonical(value[name])).join(",") + "}";
+    }
+    return JSON.stringify(value);
+  }
+
+  // What the template makes of ``context``, as the gateway's Jinja2 does, for a template of text and
+  // {{ name }} / {{ name.member }} substitutions of strings and integers; null for anything else
+  // (a tag, a filter, another value), which the page then leaves to the command.
+  function render(template, context) {
+    if (/\{[%#]|\r/.test(template)) return null;
+    let rendered = "";
+    let at = 0;
+    for (const match of template.matchAll(/\{\{(.*?)\}\}/gs)) {
+      const name = /^ *([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*) *$/.exec(match[1]);
+      if (!name) return null;
+      let value = context;
+      for (const part of name[1].split(".")) {
+        if (value === null || typeof value !== "object" || Array.isArray(value) || !Object.hasOwn(value, part)) return null;
+        value = value[part];
+      }
+      if (typeof value === "string") rendered += template.slice(at, match.index) + value;
+      else if (Number.isSafeInteger(value)) rendered += template.slice(at, match.index) + String(value);
+      else return null;
+      at = match.index + match[0].length;
+    }
+    return rendered + template.slice(at);
+  }
+
+  // An entry of the receipt, once its leaf is proved in the checkpoint's tree and is a ``kind`` entry.
+  async function provedEntry(entry, checkpoint, kind) {
+    const leaf = encoder.encode(entry.leaf);
+    let hashes;
+    try {
+      hashes = entry.hashes.map(base64);
+    } catch (error) {
+      throw new Refused(`entry ${entry.seq}: a proof hash is not base64`);
+    }
+    if (entry.index !== entry.seq - 1 || !(await included(entry.index, checkpoint.size, leaf, hashes, checkpoint.root))) {
+      throw new Refused(`entry ${entry.seq} is not in the Run ledger's checkpoint`);
+    }
+    const content = JSON.parse(entry.leaf);
+    if (canonical(content) !== entry.leaf || content.type !== kind) throw new Refused(`entry ${entry.seq} is not a ${kind} entry`);
+    return { ...content, seq: entry.seq };
+  }
+
+  // The receipt of ``message`` ({seq, text} as the page shows it), checked against the JWK Set
+  // ``jwks``: {instructions: [the entries the Runs ran under], promptsChecked}, or a Refused error.
+  // A receipt with no Run yet answers {instructions: []}.
+  async function verifyReceipt(receipt, message, jwks) {
+    const checkpoint = openNote(receipt.checkpoint);
+    if (!LEDGER_ORIGIN.test(checkpoint.origin)) throw new Refused("the checkpoint is not the Run ledger's");
+    await signedBy(checkpoint, gatewayKeys(jwks));
+    const runs = [];
+    for (const entry of receipt.runs) runs.push(await provedEntry(entry, checkpoint, "run"));
+    const told = new Map();
+    for (const entry of receipt.instructions) told.set(entry.seq, await provedEntry(entry, checkpoint, "instructions"));
+    if (receipt.message.seq !== message.seq) throw new Refused("the receipt is of another Message");
+    const payload = { ...receipt.message, text: message.text };
+    const signal = receipt.signal;
+    const context = { payload, signal: { id: signal.id, kind: signal.kind, emittedAt: signal.emittedAt }, ...payload };
+    let promptsChecked = true;
+    for (const run of runs) {
+      if (run.signal !== signal.id || run.kind !== signal.kind) throw new Refused("a Run of another Signal");
+      const instructions = told.get(run.instructions);
+      if (!instructions) throw new Refused(`the receipt lacks instructions #${run.instructions}`);
+      if (hexOf(await sha256(encoder.encode(canonical(payload)))) !== run.payload) {
+        throw new Refused("the agent was not given this text for this Message");
+      }
+      const handler = (instructions.instructions.handlers || []).find((each) => each.kind === signal.kind);
+      const prompt = handler && typeof handler.template === "string" ? render(handler.template, context) : null;
+      const session = handler && typeof handler.session === "string" ? render(handler.session, context) : `run_${run.run}`;
+      if (prompt === null || session === null) {
+        promptsChecked = false;
+        continue;
+      }
+      if (hexOf(await sha256(encoder.encode(prompt))) !== run.prompt || session !== run.session) {
+        throw new Refused(`the template of instructions #${run.instructions} does not make the Prompt the agent was given`);
+      }
+    }
+    return { instructions: [...new Set(runs.map((run) => run.instructions))].map((seq) => told.get(seq)), promptsChecked };
+  }
+
+  return { verify, verifyReceipt, supported, Refused };
 })();

@@ -10,6 +10,8 @@ One row per webhook delivery, written with the event it reports.
 from alembic import op
 import sqlalchemy as sa
 
+from agent_gateway.store.migrations.outbox_columns import outbox_columns
+
 
 revision = '0003'
 down_revision = '0002'
@@ -24,13 +26,7 @@ def upgrade() -> None:
     sa.Column('url', sa.Text(), nullable=False),
     sa.Column('event', sa.String(length=32), nullable=False),
     sa.Column('body', sa.Text(), nullable=False),
-    sa.Column('created_at', sa.String(length=24), nullable=False),
-    sa.Column('state', sa.String(length=16), nullable=False),
-    sa.Column('attempts', sa.Integer(), nullable=False),
-    sa.Column('next_attempt_at', sa.String(length=24), nullable=False),
-    sa.Column('retry_from', sa.String(length=24), nullable=False),
-    sa.Column('last_error', sa.Text(), nullable=True),
-    sa.Column('delivered_at', sa.String(length=24), nullable=True),
+    *outbox_columns(),
     sa.CheckConstraint("state IN ('pending', 'failed', 'delivered', 'dead')", name=op.f('ck_webhook_deliveries_state')),
     sa.PrimaryKeyConstraint('position', name=op.f('pk_webhook_deliveries')),
     sa.UniqueConstraint('id', name=op.f('uq_webhook_deliveries_id')),

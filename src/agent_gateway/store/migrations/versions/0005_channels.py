@@ -8,6 +8,8 @@ Create Date: 2026-11-28
 from alembic import op
 import sqlalchemy as sa
 
+from agent_gateway.store.migrations.outbox_columns import outbox_columns
+
 
 revision = '0005'
 down_revision = '0004'
@@ -61,13 +63,7 @@ def upgrade() -> None:
     sa.Column('user_id', sa.String(length=36), nullable=True),
     sa.Column('message_id', sa.String(length=36), nullable=True),
     sa.Column('text', sa.Text(), nullable=False),
-    sa.Column('created_at', sa.String(length=24), nullable=False),
-    sa.Column('state', sa.String(length=16), nullable=False),
-    sa.Column('attempts', sa.Integer(), nullable=False),
-    sa.Column('next_attempt_at', sa.String(length=24), nullable=False),
-    sa.Column('retry_from', sa.String(length=24), nullable=False),
-    sa.Column('last_error', sa.Text(), nullable=True),
-    sa.Column('delivered_at', sa.String(length=24), nullable=True),
+    *outbox_columns(),
     sa.CheckConstraint("state IN ('pending', 'failed', 'delivered', 'dead')", name=op.f('ck_channel_deliveries_state')),
     sa.CheckConstraint("kind IN ('message', 'notice')", name=op.f('ck_channel_deliveries_kind')),
     sa.PrimaryKeyConstraint('position', name=op.f('pk_channel_deliveries')),
