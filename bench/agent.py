@@ -72,17 +72,23 @@ async def one_answer(public: rawhttp.Connection, served: ServedGateway, text: st
     return (time.perf_counter() - started) * 1000
 
 
-async def sequential(served: ServedGateway, samples: int) -> list[float]:
-    _, auth = admit_with_token(served)
+async def sequential(served: ServedGateway, samples: int, auth: dict[str, str] | None = None) -> list[float]:
+    """``samples`` round trips of one User's Messages (``auth``'s, or a User admitted now)."""
+    if auth is None:
+        _, auth = admit_with_token(served)
     async with rawhttp.Connection(served.public_url, auth) as public:
         await one_answer(public, served, "warm-up")  # the agent may still be starting
         return [await one_answer(public, served, f"ping {n}") for n in range(samples)]
 
 
-async def burst(served: ServedGateway, total: int, clients: int) -> tuple[float, float]:
-    """``total`` Messages from ``clients`` Users at once, until every one is answered: answered
-    per second, and this client's own CPU milliseconds per Message (taken from the gateway's two cores)."""
-    users = [admit_with_token(served) for _ in range(clients)]
+async def burst(
+    served: ServedGateway, total: int, clients: int, users: list[tuple[str, dict[str, str]]] | None = None
+) -> tuple[float, float]:
+    """``total`` Messages from ``clients`` Users at once (``users``, or Users admitted now), until
+    every one is answered: answered per second, and this client's own CPU milliseconds per
+    Message (taken from the gateway's two cores)."""
+    if users is None:
+        users = [admit_with_token(served) for _ in range(clients)]
     shares = [total // clients + (1 if n < total % clients else 0) for n in range(clients)]
 
     async def user_sends(auth: dict[str, str], count: int) -> None:
@@ -95,7 +101,6 @@ async def burst(served: ServedGateway, total: int, clients: int) -> tuple[float,
         gateway's load from it then change nothing measured, so it reads each User's log only
         past what it has seen, every ``BURST_POLL_S``, one User after another."""
         waiting = {user_id: count for (user_id, _), count in zip(users, shares)}
-        seen = dict.fromkeys(waiting, 0)
         last = ""
         deadline = time.perf_counter() + ANSWER_TIMEOUT_S * 5
         async with rawhttp.Connection(served.agent_url) as agent:
@@ -116,6 +121,12 @@ async def burst(served: ServedGateway, total: int, clients: int) -> tuple[float,
                     raise SystemExit(f"not all answered; gateway log:\n{served.output()}")
         return datetime.datetime.fromisoformat(last)
 
+    # Users of earlier bursts: only what comes after their logs' newest Message counts.
+    seen: dict[str, int] = {}
+    async with rawhttp.Connection(served.agent_url) as agent:
+        for user_id, _ in users:
+            newest = ok(await agent.get("/messages", {"user": user_id, "limit": "1"}), 200)["messages"]
+            seen[user_id] = newest[-1]["seq"] if newest else 0
     started, cpu = datetime.datetime.now(datetime.timezone.utc), time.process_time()
     *_, ended = await asyncio.gather(
         *(user_sends(auth, count) for (_, auth), count in zip(users, shares)), last_answer()

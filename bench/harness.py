@@ -64,6 +64,27 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def tree_cpu_s(pid: int) -> float:
+    """:func:`cpu_s` of a process and of every live descendant (its HTTP workers, its agent)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue  # gone meanwhile
+            children.setdefault(parent, []).append(int(entry.name))
+    total, pending = 0.0, [pid]
+    while pending:
+        current = pending.pop()
+        try:
+            total += cpu_s(current)
+        except OSError:
+            continue
+        pending.extend(children.get(current, []))
+    return total
+
+
 def _to_ms(value: str, unit: str) -> float:
     return float(value) * {"us": 0.001, "ms": 1.0, "s": 1000.0, "m": 60_000.0}[unit]
 

@@ -1,8 +1,13 @@
 """The Run ledger's cost (issue 41): the warm agent's round trip and Run throughput, with the
-ledger (this checkout) against without (another checkout, such as the commit before it).
+ledger against without.
 
-    python -m bench.ledger --against /tmp/before [--backend sqlite|postgresql|both] [--rounds 6]
-                           [--samples 60] [--burst 200] [--clients 16]
+    python -m bench.ledger [--backend sqlite|postgresql|both] [--rounds 10] [--samples 40]
+                           [--burst 150] [--clients 16] [--against /tmp/before]
+
+"Without" is this checkout with the ledger's Run entries left out (``bench/ledger_off``: the same
+code, schema and transactions, ``Ledger.started`` doing nothing), so the two differ by the
+ledger's write alone; ``--against`` compares with another checkout instead (or just its ``src``:
+``git archive <commit> src | tar -x -C /tmp/before``), which differs by everything between them.
 
 Each backend gets two real gateways side by side (``bench.harness``: ``init``, then ``serve``;
 the demo echo agent kept warm under the persistent runtime), measured in alternating rounds
@@ -11,63 +16,99 @@ the demo echo agent kept warm under the persistent runtime), measured in alterna
 1. a User's inbound ``POST /messages`` → the echo answer readable, sequential (``bench.agent``):
    p50; target: the ledger adds at most 1 ms;
 2. ``--burst`` Messages from ``--clients`` Users at once → all answered: answered per second,
-   that is Runs per second; target: at least 95 % of without.
+   that is Runs per second, and the CPU the gateway's processes (``serve`` and its children,
+   the agent included, from ``/proc``) spent per Run; target: at least 95 % of the Runs per
+   second without.
 
-``/tmp/before`` is a checkout, or just its ``src``: ``git archive <commit> src | tar -x -C /tmp/before``.
+On a shared machine a round's figures swing with the other work: the summary takes the median
+of the rounds, and the CPU per Run, which the other work hardly moves, says what the ledger's
+write costs the gateway.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import statistics
 from pathlib import Path
 
+import httpx
+
 from bench import harness
 from bench.agent import burst, sequential
+from bench.messages import admit_with_token
+from tests.served import SRC, ServedGateway
+
+# Put before src on a gateway's PYTHONPATH: its sitecustomize leaves the Run entries out.
+LEDGER_OFF = Path(__file__).resolve().parent / "ledger_off"
 
 
-def compare(backend: str, other: Path, rounds: int, samples: int, total: int, clients: int) -> None:
-    if not (other / "src" / "agent_gateway").is_dir():
-        raise SystemExit(f"--against {other}: not a checkout of agent-gateway (no src/agent_gateway)")
+def compare(backend: str, other: Path | None, rounds: int, samples: int, total: int, clients: int) -> None:
     env = {"AGENT_GATEWAY_RUNTIME_MODE": "persistent"}
-    with harness.gateway(backend, env) as this, harness.gateway(backend, env, src=other / "src") as that:
-        # Its operator commands (bench.messages.admit_with_token) run its own code too: this
-        # checkout's would refuse its database, which is not migrated to the ledger's revision.
-        that.env["PYTHONPATH"] = str(other / "src")
+    if other is None:
+        without_src = SRC
+        without_env = {**env, "PYTHONPATH": os.pathsep.join([str(LEDGER_OFF), str(SRC), os.environ.get("PYTHONPATH", "")])}
+    else:
+        if not (other / "src" / "agent_gateway").is_dir():
+            raise SystemExit(f"--against {other}: not a checkout of agent-gateway (no src/agent_gateway)")
+        without_src, without_env = other / "src", env
+    with harness.gateway(backend, env) as this, harness.gateway(backend, without_env, src=without_src) as that:
+        # Its operator commands (bench.messages.admit_with_token) run its own code too: another
+        # checkout's database is not at this checkout's revision.
+        that.env["PYTHONPATH"] = without_env.get("PYTHONPATH", str(without_src))
         gateways = {"ledger": this, "without": that}
+        # Admitted once: an operator command per User per round took most of a round's time.
+        users = {name: [admit_with_token(served) for _ in range(clients + 1)] for name, served in gateways.items()}
         p50: dict[str, list[float]] = {name: [] for name in gateways}
         rate: dict[str, list[float]] = {name: [] for name in gateways}
+        cpu_ms: dict[str, list[float]] = {name: [] for name in gateways}
         for number in range(rounds):
             for name in ("ledger", "without") if number % 2 == 0 else ("without", "ledger"):
                 served = gateways[name]
-                p50[name].append(statistics.median(asyncio.run(sequential(served, samples))))
-                rate[name].append(asyncio.run(burst(served, total, clients))[0])
+                p50[name].append(statistics.median(asyncio.run(sequential(served, samples, users[name][0][1]))))
+                before = harness.tree_cpu_s(served.process.pid)
+                rate[name].append(asyncio.run(burst(served, total, clients, users[name][1:]))[0])
+                cpu_ms[name].append((harness.tree_cpu_s(served.process.pid) - before) * 1000 / total)
             print(
-                f"[{backend}] round {number + 1}: "
-                + "   ".join(f"{name} p50 {p50[name][-1]:5.2f} ms, {rate[name][-1]:6,.0f} Runs/s" for name in gateways)
+                f"[{backend}] round {number + 1} (load {os.getloadavg()[0]:.1f}): "
+                + "   ".join(
+                    f"{name} p50 {p50[name][-1]:5.2f} ms, {rate[name][-1]:6,.0f} Runs/s, {cpu_ms[name][-1]:5.2f} ms CPU/Run"
+                    for name in gateways
+                )
             )
+        # What was compared: every Run entered with the ledger, none without (with ledger_off).
+        sizes = {name: ledger_size(served) for name, served in gateways.items()}
+        if sizes["ledger"] <= rounds * total or (other is None and sizes["without"] != 1):
+            raise SystemExit(f"the ledgers hold {sizes} entries: not the comparison intended")
     added = statistics.median(p50["ledger"]) - statistics.median(p50["without"])
     per_round = sorted(a / b for a, b in zip(rate["ledger"], rate["without"], strict=True))
+    cpu_with, cpu_without = statistics.median(cpu_ms["ledger"]), statistics.median(cpu_ms["without"])
     print(
         f"[{backend}] over {rounds} alternating rounds: round trip p50 {statistics.median(p50['ledger']):.2f} ms "
         f"with the ledger, {statistics.median(p50['without']):.2f} ms without ({added:+.2f} ms); "
-        f"Runs/s {sum(rate['ledger']) / sum(rate['without']):.1%} of without on the sums, median round "
-        f"{statistics.median(per_round):.1%} ({per_round[0]:.0%}-{per_round[-1]:.0%})"
+        f"Runs/s median round {statistics.median(per_round):.1%} of without ({per_round[0]:.0%}-{per_round[-1]:.0%}), "
+        f"{sum(rate['ledger']) / sum(rate['without']):.1%} on the sums; CPU per Run {cpu_with:.2f} ms with, "
+        f"{cpu_without:.2f} ms without ({cpu_without / cpu_with:.1%} of with: the Runs/s the CPU allows)"
     )
+
+
+def ledger_size(served: ServedGateway) -> int:
+    return int(httpx.get(f"{served.agent_url}/ledger/checkpoint", timeout=60).text.split("\n")[1])
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--against", type=Path, required=True, help="the checkout without the ledger")
+    parser.add_argument("--against", type=Path, help="another checkout to compare with (default: this one without the ledger)")
     parser.add_argument("--backend", choices=["sqlite", "postgresql", "both"], default="both")
-    parser.add_argument("--rounds", type=int, default=6)
-    parser.add_argument("--samples", type=int, default=60)
-    parser.add_argument("--burst", type=int, default=200)
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--samples", type=int, default=40)
+    parser.add_argument("--burst", type=int, default=150)
     parser.add_argument("--clients", type=int, default=16)
     args = parser.parse_args()
+    other = args.against.resolve() if args.against is not None else None
     for backend in ("sqlite", "postgresql") if args.backend == "both" else (args.backend,):
-        compare(backend, args.against.resolve(), args.rounds, args.samples, args.burst, args.clients)
+        compare(backend, other, args.rounds, args.samples, args.burst, args.clients)
 
 
 if __name__ == "__main__":

@@ -57,7 +57,7 @@ async def cosign(url: str, text: bytes) -> None:
             for private, key in WITNESSES:
                 signature = private.sign(witness.cosigned_message(text, timestamp))
                 line = witness.Cosignature(key.name, key.key_id, timestamp, signature).line().decode().rstrip("\n")
-                await witness_queries.add(conn, witness=key.vkey(), tree_size=note.Checkpoint.parse(text).size, line=line)
+                await witness_queries.DECISIONS.add(conn, witness=key.vkey(), tree_size=note.Checkpoint.parse(text).size, line=line)
     finally:
         await store.close()
 

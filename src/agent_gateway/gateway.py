@@ -110,15 +110,17 @@ class Gateway:
         self.messages = messages_service.Writer(self.store)
         signer = transparency_service.signer(settings, self.identity)
         self.checkpoints = transparency_service.Checkpoints(self.store, signer)
-        self.ledger_checkpoints = transparency_service.Checkpoints(
-            self.store, transparency_service.ledger_signer(settings, self.identity), ledger_service.LOG
-        )
         # Read at start, so that a witness the signing key cannot have stops the gateway in one line.
         self.witnesses = transparency_service.witnesses(settings, self.identity)
-        # Every publish wakes the witness collector, in whichever process leads it.
-        self.store.decisions_watched = bool(self.witnesses)
-        self.witnessed = transparency_service.Witnessed(
-            self.store, signer, self.witnesses, transparency_service.quorum(settings)
+        # Every publish and every ledger append wake their witness collector, in whichever process leads it.
+        logs = (transparency_service.DECISIONS, ledger_service.LOG)
+        self.store.watched = frozenset(log.channel for log in logs) if self.witnesses else frozenset()
+        quorum = transparency_service.quorum(settings)
+        ledger_signer = transparency_service.ledger_signer(settings, self.identity)
+        self.witnessed = transparency_service.Witnessed(self.store, signer, self.witnesses, quorum)
+        self.ledger_checkpoints = transparency_service.Checkpoints(self.store, ledger_signer, ledger_service.LOG)
+        self.ledger_witnessed = transparency_service.Witnessed(
+            self.store, ledger_signer, self.witnesses, quorum, ledger_service.LOG
         )
         self.streams = Hub(self.store, settings)
         # Asked in order by every protected Public route; see auth/schemes.py.
@@ -132,11 +134,18 @@ class Gateway:
         )
         self.worker: Worker | None = None
         self.ledger = ledger_service.Ledger(self.store)
-        # One witness collector across the deployment, in a worker process that leads it.
-        self.collector = (
-            Collector(self.store, self.checkpoints, self.witnesses) if "worker" in roles and self.witnesses else None
+        # One witness collector per log across the deployment, each in a worker process that leads it.
+        self.collectors: dict[str, Collector] = (
+            {
+                "witness collector": Collector(self.store, self.checkpoints, self.witnesses),
+                "ledger witness collector": Collector(
+                    self.store, self.ledger_checkpoints, self.witnesses, ledger_service.LOG
+                ),
+            }
+            if "worker" in roles and self.witnesses
+            else {}
         )
-        self._collector_task: asyncio.Task[None] | None = None
+        self._collector_tasks: list[asyncio.Task[None]] = []
         self._worker_task: asyncio.Task[None] | None = None
         # What counts the requests of both servers (ops.observe), flushed into the metrics.
         self.observers: list[Observed] = []
@@ -268,6 +277,7 @@ class Gateway:
         app.state.checkpoints = self.checkpoints
         app.state.ledger_checkpoints = self.ledger_checkpoints
         app.state.witnessed = self.witnessed
+        app.state.ledger_witnessed = self.ledger_witnessed
         app.state.streams = self.streams
         app.state.auth_schemes = self.auth_schemes
         return app
@@ -298,17 +308,17 @@ class Gateway:
             self._worker_task = asyncio.create_task(
                 leadership.lead(self.store, "signal worker", self.worker.run), name="signal worker"
             )
-        if self.collector is not None:
-            self._collector_task = asyncio.create_task(
-                leadership.lead(self.store, "witness collector", self.collector.run), name="witness collector"
-            )
+        self._collector_tasks = [
+            asyncio.create_task(leadership.lead(self.store, name, collector.run), name=name)
+            for name, collector in self.collectors.items()
+        ]
 
     async def stop(self) -> None:
-        if self.collector is not None and self._collector_task is not None:
-            self.collector.stop()
-            if not self.collector.active:
-                self._collector_task.cancel()  # a standby waiting for leadership
-            await asyncio.gather(self._collector_task, return_exceptions=True)
+        for collector, task in zip(self.collectors.values(), self._collector_tasks):
+            collector.stop()
+            if not collector.active:
+                task.cancel()  # a standby waiting for leadership
+        await asyncio.gather(*self._collector_tasks, return_exceptions=True)
         await self.streams.close()
         await self.mcp.stop()
         if self._flush_task is not None:

@@ -156,7 +156,7 @@ async def test_a_publish_wakes_the_log_watcher_only_when_watched_and_in_another_
             store.webhook_urls = {outbox.DECISION_PUBLISHED: ("http://127.0.0.1:9/hook",)}
         await publish(store, "unwatched")
         assert await here.wait(0) is False
-        store.decisions_watched = True
+        store.watched = frozenset({decisions_queries.CHANNEL})
         await publish(store, "watched")
         assert await here.wait(0) is True
         async with asyncio.timeout(WAKE_CEILING_S):

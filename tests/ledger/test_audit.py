@@ -1,5 +1,6 @@
 """``agent-gateway audit --ledger`` against a real ``serve``: it verifies the Run ledger, sums up
-what it says, flags a Run of a Signal the operator emitted, and names a rewritten entry."""
+what it says, flags a Run of a Signal the operator emitted (whatever its kind), and names a
+rewritten entry."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from tests.cli.test_main import one_error_line
 from tests.cli.test_operator_errors import run_sql
 from tests.served import ServedGateway
 from tests.transparency.test_audit import audit, audited, token_of_a_user
+from tests.transparency.test_witnessed import VKEYS
 
 pytestmark = pytest.mark.processes
 
@@ -57,7 +59,7 @@ def wait_for_entries(gateway: ServedGateway, count: int) -> None:
         time.sleep(0.05)
 
 
-def test_the_audit_sums_up_the_ledger_and_flags_a_signal_the_operator_emitted(
+def test_the_audit_sums_up_the_ledger_and_flags_the_signals_the_operator_emitted(
     nudged_gateway: ServedGateway, tmp_path: Path
 ) -> None:
     gateway = nudged_gateway
@@ -68,13 +70,17 @@ def test_the_audit_sums_up_the_ledger_and_flags_a_signal_the_operator_emitted(
     assert [change["seq"] for change in empty["instructionChanges"]] == [1]
     sent = httpx.post(f"{gateway.public_url}/messages", json={"text": "hello"}, headers={"Authorization": f"Bearer {token}"}, timeout=60)
     assert sent.status_code == 201, sent.text
-    asyncio.run(emit(gateway.env["AGENT_GATEWAY_DATABASE_URL"], "operator.nudge", {"why": "be nice"}))
-    wait_for_entries(gateway, 3)
+    url = gateway.env["AGENT_GATEWAY_DATABASE_URL"]
+    asyncio.run(emit(url, "operator.nudge", {"why": "be nice"}))
+    # The operator's code forging a Message's Signal: its kind is a Message's, its origin is not.
+    asyncio.run(emit(url, "message.received", {**sent.json(), "text": "not what the User wrote"}))
+    wait_for_entries(gateway, 4)
     report = audited(audit(gateway, "--ledger", "--state", str(state), token=token))
-    assert (report["treeSize"], report["audited"], report["instructionChanges"]) == (3, 2, [])
-    assert report["runsByKind"] == {"message.received": 1, "operator.nudge": 1}
-    [direct] = report["direct"]
-    assert direct["kind"] == "operator.nudge" and direct["seq"] in (2, 3)
+    assert (report["treeSize"], report["audited"], report["instructionChanges"]) == (4, 3, [])
+    assert report["runsByKind"] == {"message.received": 2, "operator.nudge": 1}
+    assert sorted(entry["kind"] for entry in report["direct"]) == ["message.received", "operator.nudge"]
+    assert all(entry["seq"] in (2, 3, 4) for entry in report["direct"])
+    [direct] = [entry for entry in report["direct"] if entry["kind"] == "operator.nudge"]
     # The Decision log's state is not the ledger's: the origins differ, and the audit says so.
     line = one_error_line(audit(gateway, "--state", str(state), token=token))
     assert "not the remembered" in line
@@ -84,7 +90,11 @@ def test_the_audit_sums_up_the_ledger_and_flags_a_signal_the_operator_emitted(
         f"UPDATE ledger_entries SET leaf = replace(leaf, 'operator.nudge', 'message.received') WHERE seq = {direct['seq']}",
     )
     line = one_error_line(audit(gateway, "--ledger", token=token))
-    assert "checkpoint 3: the entries after seq 0 do not rebuild its root" in line
-    # The ledger has no witnesses yet: asking for them is one line, exit 1.
-    line = one_error_line(audit(gateway, "--ledger", "--witness", "w+00000000+AQ==", token=token))
-    assert "not witnessed yet" in line
+    assert "checkpoint 4: the entries after seq 0 do not rebuild its root" in line
+    # No witness cosigns this ledger: an audit that asks for its witnessed checkpoint fails in one line.
+    run_sql(
+        gateway.env["AGENT_GATEWAY_DATABASE_URL"],
+        f"UPDATE ledger_entries SET leaf = replace(leaf, 'message.received', 'operator.nudge') WHERE seq = {direct['seq']}",
+    )
+    line = one_error_line(audit(gateway, "--ledger", "--witness", VKEYS[0], token=token))
+    assert "the witnessed checkpoint: none yet" in line

@@ -99,7 +99,8 @@ async def test_every_run_has_one_entry_written_as_it_starts(make_gateway: Gatewa
     for run, entry in zip(runs, run_entries, strict=True):
         assert entry == {
             "type": "run", "run": run.id, "signal": run.signal_id,
-            "kind": "fanout" if run.signal_id == fanned else "note.received", "session": run.session,
+            "kind": "fanout" if run.signal_id == fanned else "note.received", "origin": "operator",
+            "session": run.session,
             "prompt": hashlib.sha256(run.prompt.encode()).hexdigest(),
             "payload": None if payloads[run.signal_id] is None
             else hashlib.sha256(rfc8785.dumps(payloads[run.signal_id])).hexdigest(),
@@ -152,11 +153,11 @@ def test_leaves_are_rfc_8785_canonical_json() -> None:
         '{"a":true,"b":[1,1e+21,"\u20ac\\n"],"\u00e9":null}'.encode()
     )
     leaf = entries.run(
-        run_id="r", signal_id="s", kind="k", session=None, prompt="p", payload={"x": 1}, instructions_seq=3,
-        started_at="2026-11-28T00:00:00.000Z",
+        run_id="r", signal_id="s", kind="k", origin="operator", session=None, prompt="p", payload={"x": 1},
+        instructions_seq=3, started_at="2026-11-28T00:00:00.000Z",
     )
     assert leaf == (
-        b'{"instructions":3,"kind":"k","payload":"' + hashlib.sha256(b'{"x":1}').hexdigest().encode()
+        b'{"instructions":3,"kind":"k","origin":"operator","payload":"' + hashlib.sha256(b'{"x":1}').hexdigest().encode()
         + b'","prompt":"' + hashlib.sha256(b"p").hexdigest().encode()
         + b'","run":"r","session":null,"signal":"s","startedAt":"2026-11-28T00:00:00.000Z","type":"run"}'
     )

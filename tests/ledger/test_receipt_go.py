@@ -50,7 +50,8 @@ def run_leaf(receipt: dict, text: str) -> bytes:
     )
     prompt = f"Message {message['seq']} from {message['userId']} (Signal {signal['id']}):\n{text}"
     return (
-        f'{{"instructions":1,"kind":"message.received","payload":"{sha256(payload)}","prompt":"{sha256(prompt)}",'
+        f'{{"instructions":1,"kind":"message.received","origin":"message","payload":"{sha256(payload)}",'
+        f'"prompt":"{sha256(prompt)}",'
         f'"run":{string(entry["run"])},"session":{string("user_" + message["userId"])},"signal":{string(signal["id"])},'
         f'"startedAt":{string(entry["startedAt"])},"type":"run"}}'
     ).encode()

@@ -4,6 +4,7 @@ on both servers (the Public server's behind the bearer)."""
 from __future__ import annotations
 
 import base64
+import uuid
 
 import httpx
 import orjson
@@ -23,7 +24,7 @@ async def runs(gateway: Gateway, count: int) -> None:
     """``count`` Run entries, as the Signal Worker writes them."""
     signal = Signal("5d6f3c1e-0000-4000-8000-000000000001", "k", {"a": 1}, clock.now_iso(), "processing", None)
     for i in range(count):
-        run = Run(f"5d6f3c1e-0000-4000-8000-1{i:011d}", signal.id, "s", f"p{i}", "running", None, None, None)
+        run = Run(str(uuid.uuid4()), signal.id, "s", f"p{i}", "running", None, None, None)
         async with gateway.store.transaction() as conn:
             await gateway.ledger.started(conn, signal, [run], clock.now_iso())
 

@@ -60,6 +60,7 @@ async def test_receive_emits_one_signal_carrying_the_message(store: Store) -> No
     [signal] = await stored_signals(store)
     assert signal["kind"] == "message.received"
     assert signal["state"] == "pending"
+    assert signal["origin"] == "message"  # the Run ledger tells it from the operator's Signals
     assert signal["payload"] == message.to_json()
     assert list(signal["payload"]) == ["id", "userId", "direction", "seq", "text", "createdAt"]
 

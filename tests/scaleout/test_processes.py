@@ -37,7 +37,9 @@ from agent_gateway.scheduler import service as scheduler_service
 from agent_gateway.signals import service as signals_service
 from agent_gateway.store.engine import Store, libpq_dsn
 from agent_gateway.users import service as users_service
+from agent_gateway.transparency.note import Checkpoint
 from tests import served
+from tests.test_merkle import mth
 from tests.messages.records import assert_error, stored_signals
 from tests.messages.test_races import assert_numbered_1_to_k
 
@@ -208,6 +210,16 @@ def assert_serial(notes: list[Note], *, killed_at: float | None = None) -> None:
         assert end <= next_start, f"Runs overlap: {ordered}"
 
 
+async def whole_ledger(client: httpx.AsyncClient, process: served.ServedGateway) -> list[dict]:
+    """Every entry of the Run ledger, checked gap-free from 1 and to rebuild its signed checkpoint's root."""
+    entries = (await client.get(f"{process.agent_url}/ledger/entries", params={"after": "0", "limit": "200"})).json()["entries"]
+    assert [entry["seq"] for entry in entries] == list(range(1, len(entries) + 1))
+    signed = (await client.get(f"{process.agent_url}/ledger/checkpoint")).content
+    checkpoint = Checkpoint.parse(signed[: signed.index(b"\n\n") + 1])
+    assert (checkpoint.size, checkpoint.root) == (len(entries), mth([entry["leaf"].encode() for entry in entries]))
+    return entries
+
+
 async def test_three_processes_share_one_database(tmp_path: Path, database_url: str) -> None:
     with deployment(tmp_path / "deployment", database_url) as gateway:
         processes = gateway.processes
@@ -264,8 +276,7 @@ async def test_three_processes_share_one_database(tmp_path: Path, database_url: 
             await until(all_done)
             # The Run ledger the three write: one instructions entry (they started at once, told
             # alike), then one entry per Run, numbered from 1 without a gap, none twice.
-            ledger = await client.get(f"{processes[1].agent_url}/ledger/entries", params={"after": "0", "limit": "200"})
-            entries = ledger.json()["entries"]
+            entries = await whole_ledger(client, processes[1])
             assert [entry["seq"] for entry in entries] == list(range(1, len(created) + 2))
             assert [entry["kind"] for entry in entries] == ["instructions"] + ["run"] * len(created)
     notes = gateway.notes()
@@ -322,6 +333,10 @@ async def test_worker_failover_when_the_leader_is_killed_mid_run(tmp_path: Path,
                 return len(signals) == len(texts) and all(s["state"] in ("done", "failed") for s in signals)
 
             await until(all_ended)
+            # One ledger, written by the killed leader and then by the next (whose own last entry,
+            # if any, is no longer the newest): every Run started has its entry, the tree holds them.
+            entries = await whole_ledger(client, standbys[0])
+            assert [entry["kind"] for entry in entries].count("run") == len(texts)
             signals = {s["payload"]["id"]: s for s in await signals_of_kind(client, standbys[1], "message.received")}
             runs = {}
             for message_id, signal_ in signals.items():

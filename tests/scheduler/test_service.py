@@ -7,11 +7,13 @@ import time
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 
 from agent_gateway import clock
 from agent_gateway.scheduler import service
 from agent_gateway.scheduler.service import InvalidSchedule, ScheduleNotFound
 from agent_gateway.store.engine import Store
+from agent_gateway.store.tables import signals
 
 from tests.scheduler.conftest import fire, fired, schedule_rows, signal_count
 
@@ -184,6 +186,9 @@ async def test_a_once_fires_once_and_is_deleted_in_the_same_transaction(
         }
     ]
     assert await schedule_rows(store) == {}
+    async with store.read() as conn:
+        # The Run ledger tells it from the operator's Signals.
+        assert (await conn.execute(sa.select(signals.c.origin))).scalar_one() == "schedule"
     frozen.advance(days=1)
     assert await fire(store) == []
     assert await signal_count(store) == 1

@@ -1,6 +1,7 @@
 """The witness collector against real witnesses (aics-witness from PyPI, tests/servers.py): woken
 by a publish in another process, quorum, a witness down and back, a witness with another key for the log, a restart, a 409 resync, and two
-processes on PostgreSQL with one collector."""
+processes on PostgreSQL with one collector; the Run ledger witnessed by the same witnesses (woken by
+each entry, refused by a witness not told its origin, and audited with them)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import asyncio
 import base64
 import contextlib
 import dataclasses
+import functools
 import logging
 import json
 import os
@@ -31,6 +33,8 @@ from agent_gateway.store.tables import witness_cosignatures
 from agent_gateway.transparency import collector, note, proof, service, witness
 from tests import servers
 from tests.cli.test_main import one_error_line
+from tests.ledger.test_audit import emit
+from tests.ledger.test_routes import runs
 from tests.served import ServedGateway, run_cli_here
 from tests.transparency.test_routes import publish
 
@@ -54,6 +58,12 @@ def witnesses(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[servers
 
 
 @pytest.fixture
+def unswept(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Collectors that look again only when woken: unwoken, only after an hour, far past the ceiling of the waits."""
+    monkeypatch.setattr(collector, "SWEEP_S", 3600.0)
+
+
+@pytest.fixture
 def origin() -> str:
     return f"agent-gateway.test/{uuid.uuid4().hex[:12]}"
 
@@ -66,15 +76,18 @@ def with_witnesses(settings: config.Settings, origin: str, listed: list[servers.
 
 
 def trusted_by(settings: config.Settings, origin: str, listed: list[servers.Witness]) -> config.Settings:
-    """``settings`` listing the witnesses ``listed``, each configured with the log's origin and key."""
+    """``settings`` listing the witnesses ``listed``, each configured with the origin and key of
+    both logs (the Decision log's, the Run ledger's), as docs/users/witnesses.md tells operators."""
     settings = with_witnesses(settings, origin, listed)
+    ledger = service.ledger_signer(settings, SigningIdentity.from_settings(settings))
     for each in listed:
         each.trust(origin, log_vkey(settings))
+        each.trust(ledger.origin, ledger.key.vkey())
     return settings
 
 
 def log_vkey(settings: config.Settings, identity: SigningIdentity | None = None) -> str:
-    """The gateway's checkpoint vkey, which a witness is configured with for the log."""
+    """The gateway's checkpoint vkey, which a witness is configured with for the Decision log."""
     return service.signer(settings, identity or SigningIdentity.from_settings(settings)).key.vkey()
 
 
@@ -119,9 +132,10 @@ async def witnessed_at(gateway: Gateway, size: int, what: str) -> None:
     await wait_for(there, what)
 
 
-async def witnessed_size(gateway: Gateway) -> int | None:
+async def witnessed_size(gateway: Gateway, prefix: str = "") -> int | None:
+    """The size of the witnessed checkpoint of the log under ``prefix`` (the Decision log's, "/ledger")."""
     async with client(gateway) as agent:
-        response = await agent.get("/checkpoint/witnessed")
+        response = await agent.get(f"{prefix}/checkpoint/witnessed")
     if response.status_code == 404:
         return None
     assert response.status_code == 200
@@ -155,15 +169,12 @@ async def test_a_quorum_of_real_witnesses_cosigns_and_the_note_verifies(
     # The metric per witness: the largest size it cosigned.
     for listed in witnesses[:2]:
         name = witness.WitnessKey.parse(listed.vkey).name
-        assert metrics.witness_cosigned_size.labels(name)._value.get() == 7  # type: ignore[attr-defined]
+        assert metrics.witness_cosigned_size.labels("decisions", name)._value.get() == 7  # type: ignore[attr-defined]
 
 
 async def test_a_publish_in_another_process_wakes_the_collector_and_many_are_coalesced(
-    settings: config.Settings, witnesses: list[servers.Witness], origin: str, running: Callable,
-    monkeypatch: pytest.MonkeyPatch,
+    settings: config.Settings, witnesses: list[servers.Witness], origin: str, running: Callable, unswept: None
 ) -> None:
-    # Unwoken, the collector would look again only after an hour: far past the ceiling of the waits.
-    monkeypatch.setattr(collector, "SWEEP_S", 3600.0)
     settings = trusted_by(settings, origin, witnesses[:2])
     leader = await running(settings)
     async with client(leader) as agent:
@@ -223,14 +234,30 @@ async def test_a_witness_with_another_key_for_the_log_never_cosigns_and_says_so_
         await witnessed_at(gateway, 2, "witnessed again by the other")
     assert await _failures(gateway, witnesses[1]) >= 1
     assert await cosigned_by(gateway, witnesses[1]) == []
-    refusals = [r.getMessage() for r in caplog.records if r.__dict__.get("action") == "witness_refused"]
+    refusals = [
+        r.getMessage() for r in caplog.records
+        if r.__dict__.get("action") == "witness_refused" and r.__dict__.get("log") == "decisions"
+    ]
     assert len(refusals) == 1 and "403" in refusals[0] and "transparency.witnesses[1]" in refusals[0]
+    # Neither witness was told the Run ledger's origin: each refuses it (404), one line each naming the ledger.
+    def ledger_refusals() -> list[str]:
+        return [
+            r.getMessage() for r in caplog.records
+            if r.__dict__.get("action") == "witness_refused" and r.__dict__.get("log") == "ledger"
+        ]
+
+    async def both_refused() -> bool:
+        return len(ledger_refusals()) >= 2
+
+    await wait_for(both_refused, "the ledger refused by both")
+    assert len(ledger_refusals()) == 2 and all("404" in line and "the ledger log" in line for line in ledger_refusals())
+    assert await witnessed_size(gateway, "/ledger") is None
     assert all(r.exc_info is None for r in caplog.records)
 
 
 async def _failures(gateway: Gateway, listed: servers.Witness) -> float:
     name = witness.WitnessKey.parse(listed.vkey).name
-    return metrics.witness_failures.labels(name)._value.get()  # type: ignore[attr-defined]
+    return metrics.witness_failures.labels("decisions", name)._value.get()  # type: ignore[attr-defined]
 
 
 async def test_a_witness_that_holds_the_current_size_leaves_the_collector_waiting(
@@ -315,14 +342,14 @@ async def test_two_processes_on_postgresql_run_one_collector(
         await publish(agent, 2)
 
     await witnessed_at(two, 2, "witnessed at 2")
-    assert [one.collector.active, two.collector.active].count(True) == 1  # type: ignore[union-attr]
-    leader, standby = (one, two) if one.collector.active else (two, one)  # type: ignore[union-attr]
+    assert [one.collectors["witness collector"].active, two.collectors["witness collector"].active].count(True) == 1
+    leader, standby = (one, two) if one.collectors["witness collector"].active else (two, one)
     await stop(leader)
     async with client(standby) as agent:
         await publish(agent, 1)
 
     await witnessed_at(standby, 3, "the standby took over")
-    assert standby.collector.active  # type: ignore[union-attr]
+    assert standby.collectors["witness collector"].active
     for listed in witnesses[:2]:
         assert await cosigned_by(standby, listed) == [2, 3]
 
@@ -339,16 +366,20 @@ def another_database_url(request: pytest.FixtureRequest, database_url: str, tmp_
         yield url
 
 
+@pytest.mark.parametrize("log", ["decisions", "ledger"])
 def test_audit_with_witnesses_refuses_a_fork_of_the_log_it_remembers_witnessed(
-    database_url: str, another_database_url: str, witnesses: list[servers.Witness], origin: str, tmp_path: Path
+    log: str, database_url: str, another_database_url: str, witnesses: list[servers.Witness], origin: str,
+    tmp_path: Path,
 ) -> None:
-    # The operator's honest log, witnessed; the party audits it and remembers its checkpoint.
+    # The operator's honest log (the Decision log, or the Run ledger with --ledger), witnessed; the
+    # party audits it and remembers its checkpoint.
     pem = keys.generate_pem("ed25519")
     keys.write_private(tmp_path / "signing-key.pem", pem)
     identity = SigningIdentity(pem)
-    vkey = note.NoteSigner(origin, identity.key, identity.algorithm).key.vkey()
+    prefix, log_origin = ("", origin) if log == "decisions" else ("/ledger", origin + "/ledger")
+    vkey = note.NoteSigner(log_origin, identity.key, identity.algorithm).key.vkey()
     for listed in witnesses[:2]:
-        listed.trust(origin, vkey)
+        listed.trust(log_origin, vkey)
     # The same key and origin for both: the fork is the operator's own second log.
     env = {
         "AGENT_GATEWAY_SIGNING_KEY_FILE": str(tmp_path / "signing-key.pem"),
@@ -358,24 +389,40 @@ def test_audit_with_witnesses_refuses_a_fork_of_the_log_it_remembers_witnessed(
     state, jwks = tmp_path / "audit-state.json", tmp_path / "jwks.json"
     jwks.write_text(json.dumps(identity.jwks()))
     witnessed_by = [arg for listed in witnesses[:2] for arg in ("--witness", listed.vkey)]
+    which = [] if log == "decisions" else ["--ledger"]
 
     def audit(gateway: ServedGateway) -> subprocess.CompletedProcess[str]:
-        return run_cli_here("audit", gateway.agent_url, "--jwks", str(jwks), "--state", str(state), *witnessed_by,
-                            config=tmp_path / "none.toml")
+        return run_cli_here("audit", gateway.agent_url, *which, "--jwks", str(jwks), "--state", str(state),
+                            *witnessed_by, config=tmp_path / "none.toml")
 
     with ServedGateway.start(tmp_path / "honest", database_url, env) as honest:
-        served_publish(honest, 3)
-        wait_until(lambda: served_witnessed_size(honest) == 3)
+        served_grow(honest, prefix, 3)
+        wait_until(lambda: served_witnessed_size(honest, prefix) == 3)
         assert audit(honest).returncode == 0
-    # The fork: other Decisions under the same key and origin, of the same size and then larger.
+    # The fork: other entries under the same key and origin, of the same size and then larger.
     with ServedGateway.start(tmp_path / "fork", another_database_url, env) as fork:
-        for added, size in ((3, 3), (2, 5)):
-            served_publish(fork, added)
+        for size in (3, 5):
+            served_grow(fork, prefix, size)
             line = one_error_line(audit(fork))
             assert f"checkpoint {size} is not consistent with remembered checkpoint 3" in line
             assert "forks from the one remembered (a split view" in line
     # Nothing of a refused round is remembered.
     assert json.loads(state.read_text())["size"] == 3
+
+
+def served_grow(gateway: ServedGateway, prefix: str, size: int) -> None:
+    """Grow the served log under ``prefix`` (the Decision log's, the ledger's) to ``size``
+    entries: Decisions published, or Signals emitted as the operator's code would (a Run each)."""
+    while (current := served_size(gateway, prefix)) < size:
+        if prefix:
+            asyncio.run(emit(gateway.env["AGENT_GATEWAY_DATABASE_URL"], "message.received", {"userId": "u", "text": "hi"}))
+            wait_until(lambda: served_size(gateway, prefix) > current)
+        else:
+            served_publish(gateway, size - current)
+
+
+def served_size(gateway: ServedGateway, prefix: str) -> int:
+    return int(httpx.get(f"{gateway.agent_url}{prefix}/checkpoint", timeout=60).text.split("\n")[1])
 
 
 def served_publish(gateway: ServedGateway, count: int) -> None:
@@ -384,8 +431,8 @@ def served_publish(gateway: ServedGateway, count: int) -> None:
         assert response.status_code == 201, response.text
 
 
-def served_witnessed_size(gateway: ServedGateway) -> int:
-    response = httpx.get(f"{gateway.agent_url}/checkpoint/witnessed", timeout=60)
+def served_witnessed_size(gateway: ServedGateway, prefix: str = "") -> int:
+    response = httpx.get(f"{gateway.agent_url}{prefix}/checkpoint/witnessed", timeout=60)
     if response.status_code == 404:
         return 0
     return note.Checkpoint.parse(response.content[: response.content.index(b"\n\n") + 1]).size
@@ -432,3 +479,35 @@ async def test_a_real_witnessed_proof_verifies_here_and_with_aics_tlog(
     assert aics_tlog("verify-inclusion", "--leaf", str(tmp_path / "other-leaf"), "--log-key", log_vkey(settings), *common).returncode != 0
     other = log_vkey(settings, SigningIdentity(keys.generate_pem("ed25519")))
     assert aics_tlog("verify-inclusion", "--leaf", str(tmp_path / "leaf"), "--log-key", other, *common).returncode != 0
+
+
+# --- The Run ledger, witnessed by the same witnesses ------------------------------------------
+
+
+async def test_the_run_ledger_is_witnessed_too_woken_by_each_entry(
+    settings: config.Settings, witnesses: list[servers.Witness], origin: str, running: Callable, unswept: None
+) -> None:
+    settings = trusted_by(settings, origin, witnesses[:2])
+    gateway = await running(settings)
+
+    async def ledger_at(size: int) -> bool:
+        return await witnessed_size(gateway, "/ledger") == size
+
+    await wait_for(functools.partial(ledger_at, 1), "the instructions entry witnessed")
+    # A Run's start as the Signal Worker writes it: its entry wakes the ledger's collector.
+    await runs(gateway, 2)
+    await wait_for(functools.partial(ledger_at, 3), "the Runs' entries witnessed")
+    async with client(gateway) as agent:
+        response = await agent.get("/ledger/checkpoint/witnessed")
+        await publish(agent, 1)
+    text, lines = response.content.split(b"\n\n", 1)
+    text += b"\n"
+    ledger = service.ledger_signer(settings, gateway.identity)
+    assert note.Checkpoint.parse(text).origin == ledger.origin == origin + "/ledger"
+    for listed, line in zip(witnesses[:2], lines.split(b"\n")[1:-1]):
+        assert witness.cosignature_of(witness.WitnessKey.parse(listed.vkey), text, line + b"\n") is not None
+        name = witness.WitnessKey.parse(listed.vkey).name
+        assert metrics.witness_cosigned_size.labels("ledger", name)._value.get() == 3  # type: ignore[attr-defined]
+    # The Decision log's collector works beside it, on its own tree.
+    await witnessed_at(gateway, 1, "the Decision log witnessed at 1")
+    assert await witnessed_size(gateway, "/ledger") == 3

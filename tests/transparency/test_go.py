@@ -104,9 +104,9 @@ async def test_go_checks_the_inclusion_proof_of_a_tlog_proof(
 
 async def test_go_checks_a_consistency_proof(agent: httpx.AsyncClient, gateway: Gateway, gocheck: Path, tmp_path: Path) -> None:
     await publish(agent, 3)
-    old = write(tmp_path / "old", await current_text(agent, gateway))
+    old = write(tmp_path / "old", await current_text(agent))
     await publish(agent, 4)
-    new = write(tmp_path / "new", await current_text(agent, gateway))
+    new = write(tmp_path / "new", await current_text(agent))
     response = await agent.get("/checkpoint/consistency?from=3&to=7")
     assert response.status_code == 200
     hashes = [base64.b64decode(hash_) for hash_ in response.json()["hashes"]]

@@ -43,7 +43,7 @@ def verify_proof(path: Path, *args: str) -> tuple[int, str]:
 
 async def witnessed_proof(agent: httpx.AsyncClient, gateway: Gateway) -> tuple[bytes, list[dict]]:
     published = await publish(agent, 3)
-    three = await current_text(agent, gateway)
+    three = await current_text(agent)
     await store_cosignature(gateway, 0, three)
     await store_cosignature(gateway, 1, three)
     response = await agent.get(f"/decisions/{published[1]['seq']}/proof?format=tlog-proof")
@@ -71,7 +71,7 @@ async def test_the_proof_is_a_tlog_proof_of_the_decisions_jws_in_the_witnessed_c
 async def test_no_proof_before_a_witnessed_checkpoint_holds_the_decision(agent: httpx.AsyncClient, gateway: Gateway) -> None:
     first = (await publish(agent, 1))[0]
     await assert_error(await agent.get(f"/decisions/{first['seq']}/proof?format=tlog-proof"), 404)
-    one = await current_text(agent, gateway)
+    one = await current_text(agent)
     await store_cosignature(gateway, 0, one)
     await store_cosignature(gateway, 1, one)
     second = (await publish(agent, 1))[0]
@@ -167,7 +167,7 @@ async def test_audit_with_witnesses_requires_the_witnessed_checkpoint_at_the_quo
     await publish(agent, 2)
     with pytest.raises(audits.AuditFailure, match="the witnessed checkpoint: none yet"):
         await audit_round(gateway, VKEYS[:2], 2)
-    two = await current_text(agent, gateway)
+    two = await current_text(agent)
     await store_cosignature(gateway, 0, two)
     await store_cosignature(gateway, 1, two)
     assert (await audit_round(gateway, VKEYS[:2], 2)).checkpoint.size == 2

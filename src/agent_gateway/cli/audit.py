@@ -44,12 +44,10 @@ def audit(
     line naming the first Decision or checkpoint that does not. With --witness, the
     witnessed checkpoint must also verify, hold --quorum cosignatures of those
     witnesses, and be consistent with the checkpoint verified.
-    With --ledger, the Run ledger is audited the same way (give it a --state file of its own),
-    and the summary lists the instruction changes, the Runs per Signal kind, and the Runs whose
-    Signal is neither a Message's nor a Schedule's (emitted by the operator directly).
+    With --ledger, the Run ledger is audited the same way, witnesses too (give it a --state file
+    of its own), and the summary lists the instruction changes, the Runs per Signal kind, and the
+    Runs of Signals the operator emitted directly (whatever their kind).
     """
-    if ledger and witnesses:
-        raise fail("--witness: the Run ledger is not witnessed yet; audit it without --witness")
     witness_keys, needed = proofs.witness_policy(witnesses, quorum)
     base = url.rstrip("/")
     headers = {}
@@ -67,7 +65,8 @@ def audit(
     try:
         remembered = audits.load_state(state.read_bytes() if state is not None and state.exists() else None)
         with httpx.Client(base_url=base, headers=headers, timeout=audits.TIMEOUT_S) as client:
-            auditor = ledger_audit.LedgerAuditor(client, keys) if ledger else audits.Auditor(client, keys, witness_keys, needed)
+            kind = ledger_audit.LedgerAuditor if ledger else audits.Auditor
+            auditor = kind(client, keys, witness_keys, needed)
             new_state, report = auditor.audit(remembered)
     except audits.AuditFailure as exc:
         raise fail(str(exc)) from None

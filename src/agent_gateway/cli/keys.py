@@ -36,12 +36,16 @@ def generate(
 
 @app.command()
 def show(config_path: ConfigOption = None) -> None:
-    """Print the deployment's public key: {origin, vkey, jwks}. ``vkey`` is the C2SP signed-note
-    verifier key of the Decision log's checkpoints, for verifiers and witnesses to configure."""
+    """Print the deployment's public key: {origin, vkey, ledger: {origin, vkey}, jwks}. ``vkey`` is the
+    C2SP signed-note verifier key of the Decision log's checkpoints, ``ledger`` the Run ledger's
+    origin and vkey: for verifiers and witnesses to configure (a witness needs both logs)."""
     settings = load_settings(config_path)
     try:
         identity = SigningIdentity.from_settings(settings)
     except SigningKeyError as exc:
         raise fail(str(exc)) from None
-    signer = transparency.signer(settings, identity)
-    print_json({"origin": signer.origin, "vkey": signer.key.vkey(), "jwks": identity.jwks()})
+    signer, ledger = transparency.signer(settings, identity), transparency.ledger_signer(settings, identity)
+    print_json({
+        "origin": signer.origin, "vkey": signer.key.vkey(),
+        "ledger": {"origin": ledger.origin, "vkey": ledger.key.vkey()}, "jwks": identity.jwks(),
+    })

@@ -1,11 +1,12 @@
 """Auditing the Run ledger from outside: what ``agent-gateway audit --ledger`` does, over HTTP only.
 
 A round is the Decision log's (``transparency.audit``) on the ledger's routes: the signed
-checkpoint, its consistency with the remembered one, and every entry since, whose leaves must
-rebuild the checkpoint's root. Each leaf must be RFC 8785 canonical JSON of a known kind. What
+checkpoint, its consistency with the remembered one, every entry since, whose leaves must
+rebuild the checkpoint's root, and with witnesses the ledger's witnessed checkpoint (a quorum of
+them cosigned it, and it is consistent with the checkpoint: no fork shown to the witnesses). Each leaf must be RFC 8785 canonical JSON of a known kind. What
 the new entries say is summed up for a reader: each change of the instructions with its time,
-the Runs per Signal kind, and every Run whose Signal is neither a Message's nor a Schedule's
-(something the operator emitted directly), flagged as such.
+the Runs per Signal kind, and every Run whose Signal the operator emitted directly (its entry's
+``origin`` is ``operator``, whatever its kind), flagged as such.
 """
 
 from __future__ import annotations
@@ -19,12 +20,9 @@ import orjson
 from joserfc.jwk import Key
 
 from agent_gateway.ledger import entries
-from agent_gateway.messages.service import RECEIVED
-from agent_gateway.scheduler.service import FIRED_KIND
+from agent_gateway.signals.service import OPERATOR
+from agent_gateway.transparency import witness
 from agent_gateway.transparency.audit import AuditFailure, Auditor
-
-# The Signal kinds the gateway emits itself for the people it serves: a Message, a Schedule firing.
-GATEWAY_KINDS = frozenset({RECEIVED, FIRED_KIND})
 
 
 @dataclasses.dataclass
@@ -47,8 +45,10 @@ class LedgerAuditor(Auditor):
     LOG = "Run ledger"
     ENTRIES = "entries"
 
-    def __init__(self, client: httpx.Client, keys: list[Key]) -> None:
-        super().__init__(client, keys)
+    def __init__(
+        self, client: httpx.Client, keys: list[Key], witnesses: list[witness.WitnessKey] | None = None, quorum: int = 0
+    ) -> None:
+        super().__init__(client, keys, witnesses, quorum)
         self.summary = Summary()
 
     def _leaf(self, entry: dict[str, Any]) -> bytes:
@@ -66,7 +66,7 @@ class LedgerAuditor(Auditor):
         else:
             kind = parsed.get("kind")
             self.summary.runs[str(kind)] += 1
-            if kind not in GATEWAY_KINDS:
+            if parsed.get("origin") == OPERATOR:
                 self.summary.direct.append({"seq": seq, "run": parsed.get("run"), "signal": parsed.get("signal"), "kind": kind})
         return data
 

@@ -6,11 +6,12 @@ minimal string escapes), in UTF-8. Digests are lowercase hex SHA-256. Two kinds:
 
 * ``{"type": "instructions", "at": T, "instructions": I}``: what the gateway gives the agent besides
   Signals (``ledger.instructions``), written when ``I`` differs from the newest such entry's;
-* ``{"type": "run", "run": id, "signal": id, "kind": K, "session": S, "prompt": sha256(Prompt's
-  UTF-8), "payload": sha256(RFC 8785 of the Signal's payload) or null, "instructions": N,
-  "startedAt": T}``: one per Run, written as it starts; ``N`` is the number of the instructions
-  entry in force. ``payload`` is null for a payload RFC 8785 cannot encode (an integer beyond
-  ±2**53, which I-JSON leaves out).
+* ``{"type": "run", "run": id, "signal": id, "kind": K, "origin": O, "session": S, "prompt":
+  sha256(Prompt's UTF-8), "payload": sha256(RFC 8785 of the Signal's payload) or null,
+  "instructions": N, "startedAt": T}``: one per Run, written as it starts; ``O`` is what emitted
+  the Signal (``message``, ``schedule`` or ``operator``: the operator's own code, whatever the
+  kind it chose), ``N`` the number of the instructions entry in force. ``payload`` is null for a
+  payload RFC 8785 cannot encode (an integer beyond ±2**53, which I-JSON leaves out).
 
 One entry per Run suffices: the ledger records what the agent was told, which is fixed when the
 Run starts; how it ended is the agent's doing (its answers are Messages and Decisions), and an
@@ -43,7 +44,7 @@ def instructions(instructions: dict[str, Any], at: str) -> bytes:
 
 
 def run(
-    *, run_id: str, signal_id: str, kind: str, session: str | None, prompt: str, payload: Any,
+    *, run_id: str, signal_id: str, kind: str, origin: str, session: str | None, prompt: str, payload: Any,
     instructions_seq: int, started_at: str,
 ) -> bytes:
     """The leaf of a Run's entry."""
@@ -52,7 +53,7 @@ def run(
     except rfc8785.CanonicalizationError:
         payload_digest = None
     return canonical({
-        "type": RUN, "run": run_id, "signal": signal_id, "kind": kind, "session": session,
+        "type": RUN, "run": run_id, "signal": signal_id, "kind": kind, "origin": origin, "session": session,
         "prompt": sha256(prompt.encode()), "payload": payload_digest, "instructions": instructions_seq,
         "startedAt": started_at,
     })

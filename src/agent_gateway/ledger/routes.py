@@ -1,5 +1,6 @@
 """The Run ledger, on both servers (the Public server's behind the bearer, as the Decision log's):
-GET /ledger/checkpoint, GET /ledger/checkpoint/consistency, GET /ledger/entries, GET /ledger/entries/{seq}."""
+GET /ledger/checkpoint, GET /ledger/checkpoint/witnessed, GET /ledger/checkpoint/consistency,
+GET /ledger/entries, GET /ledger/entries/{seq}."""
 
 from __future__ import annotations
 
@@ -50,6 +51,8 @@ _CHECKPOINT = {
     }
 }
 _CHECKPOINT_SUMMARY = "The signed checkpoint of the Run ledger's Merkle tree"
+_WITNESSED = transparency_routes.WITNESSED
+_WITNESSED_SUMMARY = "The newest checkpoint of the Run ledger cosigned by a quorum of the witnesses"
 _CONSISTENCY = {200: {"model": transparency_routes.ConsistencyOut}}
 _CONSISTENCY_SUMMARY = "The consistency proof between two sizes of the Run ledger's tree"
 _LIST = {200: {"model": EntryList}}
@@ -66,6 +69,11 @@ async def _checkpoint(request: Request) -> Response:
     return Response(
         await request.app.state.ledger_checkpoints.latest(), media_type=transparency_routes.CHECKPOINT_MEDIA_TYPE
     )
+
+
+async def _witnessed(request: Request) -> Response:
+    _, signed = await request.app.state.ledger_witnessed.latest()
+    return Response(signed, media_type=transparency_routes.CHECKPOINT_MEDIA_TYPE)
 
 
 async def _consistency(request: Request, from_: str | None, to: str | None) -> Any:
@@ -92,6 +100,11 @@ async def checkpoint_agent(request: Request) -> Any:
     return await _checkpoint(request)
 
 
+@agent.get("/ledger/checkpoint/witnessed", response_class=Response, responses=_WITNESSED, summary=_WITNESSED_SUMMARY)
+async def witnessed_agent(request: Request) -> Any:
+    return await _witnessed(request)
+
+
 @agent.get("/ledger/checkpoint/consistency", responses=_CONSISTENCY, summary=_CONSISTENCY_SUMMARY)
 async def consistency_agent(
     request: Request, from_: transparency_routes.FromQuery = None, to: transparency_routes.ToQuery = None
@@ -115,6 +128,14 @@ async def get_agent(request: Request, seq: str) -> Any:
 )
 async def checkpoint_public(request: Request, _: Authenticated) -> Any:
     return await _checkpoint(request)
+
+
+@public.get(
+    "/ledger/checkpoint/witnessed", response_class=Response, responses={**_WITNESSED, **error_responses(401)},
+    summary=_WITNESSED_SUMMARY,
+)
+async def witnessed_public(request: Request, _: Authenticated) -> Any:
+    return await _witnessed(request)
 
 
 @public.get(

@@ -14,6 +14,7 @@ from agent_gateway.ledger import entries
 from agent_gateway.store import window as windows
 from agent_gateway.store.engine import Store
 from agent_gateway.store.queries import ledger as queries
+from agent_gateway.store.queries import witnesses as witness_queries
 from agent_gateway.store.queries.runs import Run
 from agent_gateway.store.queries.signals import Signal
 from agent_gateway.transparency import service as transparency
@@ -23,7 +24,7 @@ class EntryNotFound(errors.NotFound):
 
 
 # The ledger as the transparency service proves it (checkpoints, inclusion, consistency).
-LOG = transparency.Log(queries.TREE, "entry", EntryNotFound)
+LOG = transparency.Log(queries.TREE, "entry", EntryNotFound, witness_queries.LEDGER, queries.CHANNEL, "ledger")
 
 
 class Ledger:
@@ -60,8 +61,9 @@ class Ledger:
             queries.New(
                 entries.RUN,
                 entries.run(
-                    run_id=run.id, signal_id=signal.id, kind=signal.kind, session=run.session, prompt=run.prompt,
-                    payload=signal.payload, instructions_seq=self.instructions_seq, started_at=started_at,
+                    run_id=run.id, signal_id=signal.id, kind=signal.kind, origin=signal.origin, session=run.session,
+                    prompt=run.prompt, payload=signal.payload, instructions_seq=self.instructions_seq,
+                    started_at=started_at,
                 ),
                 run.id,
             )

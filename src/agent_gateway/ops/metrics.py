@@ -201,15 +201,16 @@ def exposition(sampled: Sampled) -> bytes:
     local = CollectorRegistry(auto_describe=False)
     local.register(sampled)
     return counted + generate_latest(local)
-# Witnesses (transparency.collector), per witness (its key name), as the leading process last saw them.
+# Witnesses (transparency.collector), per log (decisions, ledger) and witness (its key name), as the
+# leading process last saw them.
 witness_cosigned_size = Gauge(
     f"{PREFIX}_witness_cosigned_size",
-    "The largest tree size of the Decision log a witness cosigned.",
-    ("witness",),
+    "The largest tree size of a log (the Decision log, the Run ledger) a witness cosigned.",
+    ("log", "witness"),
     multiprocess_mode="livemax",
 )
 witness_failures = Counter(
     f"{PREFIX}_witness_failures",
     "add-checkpoint requests to a witness that failed or were refused (a 409 resync is not one).",
-    ("witness",),
+    ("log", "witness"),
 )

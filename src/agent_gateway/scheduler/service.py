@@ -192,7 +192,7 @@ async def fire_due(conn: AsyncConnection, *, limit: int) -> list[Fired]:
             "firedAt": clock.format_instant(fired_at),
             "data": schedule.data,
         }
-        [signal] = await signals.emit_signals(conn, FIRED_KIND, [payload])
+        [signal] = await signals.emit_signals(conn, FIRED_KIND, [payload], origin=signals.SCHEDULE)
         announced.append(signal)
         emitted.append(Fired(signal.id, max(0.0, lateness.total_seconds())))
         following = None

@@ -18,13 +18,16 @@ from agent_gateway.store import engine
 from agent_gateway.store.queries import runs as run_queries
 from agent_gateway.store.queries import signals as signal_queries
 from agent_gateway.store.queries.runs import Run
-from agent_gateway.store.queries.signals import Signal
+from agent_gateway.store.queries.signals import MESSAGE, OPERATOR, SCHEDULE, Signal
 from agent_gateway.webhooks import outbox
 
 __all__ = [
     "CANCELLED_ERROR",
     "CANCEL_CHANNEL",
     "CHANNEL",
+    "MESSAGE",
+    "OPERATOR",
+    "SCHEDULE",
     "NotCancellable",
     "Run",
     "RunNotFound",
@@ -68,30 +71,36 @@ class NotCancellable(errors.GatewayError):
     """Only a pending or running Run, or a pending Signal, can be cancelled."""
 
 
-async def emit(conn: AsyncConnection, kind: str, payload: Any) -> str:
+async def emit(conn: AsyncConnection, kind: str, payload: Any, *, origin: str = OPERATOR) -> str:
     """Record a pending Signal inside the caller's transaction; return its id.
 
     The Signal Worker is woken once that transaction commits, so recording
     something and waking the agent for it cannot come apart: a rolled-back
     transaction leaves no Signal and wakes nobody. ``payload`` is any JSON
     value and is stored exactly as written; ``emittedAt`` (now) is the queue
-    order, ties broken by insertion.
+    order, ties broken by insertion. ``origin`` says what emitted it (``store.queries.signals``):
+    the operator's own code unless a Message's or a Schedule's emitter says otherwise; the Run
+    ledger records it, so a Signal the operator emits is visible as such whatever its kind.
     """
-    [signal_id] = await emit_many(conn, kind, [payload])
+    [signal_id] = await emit_many(conn, kind, [payload], origin=origin)
     return signal_id
 
 
-async def emit_many(conn: AsyncConnection, kind: str, payloads: Sequence[Any]) -> list[str]:
+async def emit_many(
+    conn: AsyncConnection, kind: str, payloads: Sequence[Any], *, origin: str = OPERATOR
+) -> list[str]:
     """:func:`emit` a Signal of ``kind`` for each of ``payloads``, in that order; return their ids."""
-    return [signal.id for signal in await emit_signals(conn, kind, payloads)]
+    return [signal.id for signal in await emit_signals(conn, kind, payloads, origin=origin)]
 
 
-async def emit_signals(conn: AsyncConnection, kind: str, payloads: Sequence[Any]) -> list[Signal]:
+async def emit_signals(
+    conn: AsyncConnection, kind: str, payloads: Sequence[Any], *, origin: str = OPERATOR
+) -> list[Signal]:
     """:func:`emit_many`, returning the pending Signals as recorded."""
     pending = [(str(uuid.uuid4()), kind, payload, clock.now_iso()) for payload in payloads]
-    await signal_queries.insert_many(conn, pending)
+    await signal_queries.insert_many(conn, pending, origin=origin)
     engine.notify(conn, CHANNEL)
-    return [Signal(id, kind, payload, at, signal_queries.PENDING, None) for id, kind, payload, at in pending]
+    return [Signal(id, kind, payload, at, signal_queries.PENDING, None, origin) for id, kind, payload, at in pending]
 
 
 async def get_signal(conn: AsyncConnection, signal_id: str) -> Signal:

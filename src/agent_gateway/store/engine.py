@@ -160,11 +160,12 @@ def webhook_urls(conn: AsyncConnection, event: str) -> tuple[str, ...]:
     return () if store is None else store.webhook_urls.get(event, ())
 
 
-def decisions_watched(conn: AsyncConnection) -> bool:
-    """Whether a loop waits for each publish in the :class:`Store` whose transaction ``conn``
-    is in (the witness collector); False outside a Store's transaction."""
+def watched(conn: AsyncConnection, channel: str) -> bool:
+    """Whether a loop waits for each append to a log (its ``channel``: the Decision log's, the Run
+    ledger's) in the :class:`Store` whose transaction ``conn`` is in (the witness collector);
+    False outside a Store's transaction."""
     store = conn.info.get(_STORE)
-    return store is not None and store.decisions_watched
+    return store is not None and channel in store.watched
 
 
 def channels(conn: AsyncConnection) -> frozenset[str]:
@@ -196,9 +197,10 @@ class Store:
         # The chat channels this deployment serves ([channels.*]); the gateway sets it. An outbound
         # Message's writer reads it (channels): no channel, no channel outbox query at all.
         self.channels: frozenset[str] = frozenset()
-        # Whether a publish wakes a loop (the witness collector, transparency.collector); the gateway
-        # sets it. Unwatched, a publish sends no wake-up at all (no NOTIFY on PostgreSQL).
-        self.decisions_watched = False
+        # The logs whose appends wake a loop (the witness collector, transparency.collector), by
+        # their channels; the gateway sets it. Unwatched, an append sends no wake-up at all (no
+        # NOTIFY on PostgreSQL).
+        self.watched: frozenset[str] = frozenset()
         # Names this Store in its NOTIFY payloads (notifications.pg_payload).
         self.origin = secrets.token_hex(8)
         self._sqlite_writer = asyncio.Lock() if self.dialect == "sqlite" else None

@@ -125,6 +125,9 @@ signals = sa.Table(
     sa.Column("emitted_at", Instant, nullable=False),
     sa.Column("state", sa.String(16), nullable=False),
     sa.Column("error", sa.Text, nullable=True),
+    # What emitted it: a Message ("message"), a Schedule ("schedule"), or the operator's own code
+    # ("operator"); the Run ledger records it with each Run (ledger.entries).
+    sa.Column("origin", sa.String(16), nullable=False, server_default="operator"),
     sa.CheckConstraint("state IN ('pending', 'processing', 'done', 'failed')", name="state"),
     sa.Index(None, "state", "emitted_at", "position"),
     # GET /signals reads newest first, with or without a kind.
@@ -313,6 +316,15 @@ witness_cosignatures = sa.Table(
     sa.Column("witness", sa.Text, primary_key=True),  # its verifier key, as configured
     sa.Column("tree_size", sa.BigInteger, primary_key=True),
     sa.Column("line", sa.Text, nullable=False),  # the signature line, without its newline
+)
+
+# The same of the Run ledger's checkpoints (its own origin, its own sizes).
+ledger_witness_cosignatures = sa.Table(
+    "ledger_witness_cosignatures",
+    metadata,
+    sa.Column("witness", sa.Text, primary_key=True),
+    sa.Column("tree_size", sa.BigInteger, primary_key=True),
+    sa.Column("line", sa.Text, nullable=False),
 )
 
 nostr_auth_events = sa.Table(

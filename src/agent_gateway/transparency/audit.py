@@ -131,7 +131,7 @@ class Auditor:
     def _check_witnessed(self, checkpoint: note.Checkpoint) -> None:
         """The witnessed checkpoint verifies, holds ``quorum`` cosignatures of the given witnesses, and
         is consistent with ``checkpoint`` (whichever of the two is older: the log may have grown)."""
-        response = self._client.get("/checkpoint/witnessed")
+        response = self._client.get(f"{self.PREFIX}/checkpoint/witnessed")
         if response.status_code == 404:
             raise AuditFailure("the witnessed checkpoint: none yet (no checkpoint has the witnesses' quorum)")
         if response.status_code != 200:
@@ -155,7 +155,7 @@ class Auditor:
         old, new = sorted((witnessed, checkpoint), key=lambda head: head.size)
         if old.size == 0:
             return
-        body = self._get_json(f"/checkpoint/consistency?from={old.size}&to={new.size}", name)
+        body = self._get_json(f"{self.PREFIX}/checkpoint/consistency?from={old.size}&to={new.size}", name)
         try:
             merkle.verify_consistency(old.size, new.size, old.root, new.root, _hashes(body, name))
         except merkle.ProofError as exc:

@@ -1,13 +1,14 @@
-"""The collector: submits the log's newest checkpoint to every witness and keeps their cosignatures.
+"""The collector: submits a log's newest checkpoint to every witness and keeps their cosignatures.
 
-It runs beside the log, never on a request's path: a publish is never delayed, blocked or failed
-by a witness. It works in the leading process only (``leadership.lead``, like the Signal Worker),
-under ``supervisor.supervise``. A publish in any process wakes it (``store.queries.decisions.CHANNEL``,
-across processes through the store's notifications); it also looks every :data:`SWEEP_S`, for a
-wake-up lost while the database restarted. Each pass signs the checkpoint of the tree as it is
-then, so that however many Decisions were published since the last pass, a witness gets one
-request, and passes are at least :data:`MIN_PASS_INTERVAL_S` apart: under load, Decisions are
-coalesced into one request a second to each witness whatever the publish rate. A witness's state (the size it
+One collector per log (``transparency.service.Log``: the Decision log, the Run ledger), the same
+code for each. It runs beside the log, never on a request's path: a publish (a Run's start) is
+never delayed, blocked or failed by a witness. It works in the leading process only
+(``leadership.lead``, like the Signal Worker), under ``supervisor.supervise``. An append in any
+process wakes it (the log's ``channel``, across processes through the store's notifications); it
+also looks every :data:`SWEEP_S`, for a wake-up lost while the database restarted. Each pass signs
+the checkpoint of the tree as it is then, so that however many entries were appended since the
+last pass, a witness gets one request, and passes are at least :data:`MIN_PASS_INTERVAL_S` apart:
+under load, entries are coalesced into one request a second to each witness whatever the rate. A witness's state (the size it
 last cosigned, from the table at start, corrected by its 409 answers) is this process's; a new
 leader reads it again.
 
@@ -30,8 +31,6 @@ import httpx
 from agent_gateway.ops import metrics
 from agent_gateway.store import notifications
 from agent_gateway.store.engine import Store
-from agent_gateway.store.queries import decisions
-from agent_gateway.store.queries import witnesses as witness_queries
 from agent_gateway.transparency import note, service, witness
 
 logger = logging.getLogger(__name__)
@@ -62,12 +61,17 @@ class _State:
 
 
 class Collector:
-    """Collects the configured witnesses' cosignatures of the newest checkpoint."""
+    """Collects the configured witnesses' cosignatures of the newest checkpoint of ``log`` (signed
+    by ``checkpoints``; by default the Decision log's)."""
 
-    def __init__(self, store: Store, checkpoints: service.Checkpoints, witnesses: list[service.Witness]) -> None:
+    def __init__(
+        self, store: Store, checkpoints: service.Checkpoints, witnesses: list[service.Witness],
+        log: service.Log = service.DECISIONS,
+    ) -> None:
         self._store = store
         self._checkpoints = checkpoints
         self._witnesses = witnesses
+        self._log = log
         self._stop = asyncio.Event()
         self._published: notifications.Subscription | None = None
         self.active = False  # whether this process leads the collection (and runs a pass)
@@ -80,21 +84,21 @@ class Collector:
     async def run(self) -> None:
         """Pass after pass until :meth:`stop`; what it cannot do (the database gone) raises."""
         # Subscribed before the first pass: a publish during it wakes the next one.
-        published = self._published = self._store.subscribe(decisions.CHANNEL)
+        published = self._published = self._store.subscribe(self._log.channel)
         self.active = True
         try:
             await self._passes(published)
         finally:
             self.active = False
-            self._store.unsubscribe(decisions.CHANNEL, published)
+            self._store.unsubscribe(self._log.channel, published)
 
     async def _passes(self, published: notifications.Subscription) -> None:
         vkeys = [configured.key.vkey() for configured in self._witnesses]
         async with self._store.read() as conn:
-            sizes = await witness_queries.last_sizes(conn, vkeys)
+            sizes = await self._log.cosignatures.last_sizes(conn, vkeys)
         states = [_State(index, sizes.get(vkey, 0)) for index, vkey in enumerate(vkeys)]
         for configured, state in zip(self._witnesses, states):
-            metrics.witness_cosigned_size.labels(configured.key.name).set(state.size)
+            metrics.witness_cosigned_size.labels(self._log.name, configured.key.name).set(state.size)
         limits = httpx.Limits(max_connections=_CONNECTIONS_PER_WITNESS * len(states))
         async with httpx.AsyncClient(timeout=REQUEST_TIMEOUT_S, limits=limits) as client:
             while not self._stop.is_set():
@@ -122,7 +126,7 @@ class Collector:
                 f"it cosigned a tree of {state.size}, larger than this log's {size}: another log under this origin?"
             )
         else:
-            proof = [] if state.size == 0 else (await service.consistency(self._store, state.size, size))[1]
+            proof = [] if state.size == 0 else (await service.consistency(self._store, state.size, size, self._log))[1]
             body = witness.add_checkpoint_body(state.size, proof, signed)
             try:
                 response = await client.post(f"{configured.url}/add-checkpoint", content=body)
@@ -139,9 +143,9 @@ class Collector:
         if isinstance(answer, witness.Cosigned):
             async with self._store.transaction() as conn:
                 line = answer.cosignature.line().decode().rstrip("\n")
-                await witness_queries.add(conn, witness=configured.key.vkey(), tree_size=size, line=line)
+                await self._log.cosignatures.add(conn, witness=configured.key.vkey(), tree_size=size, line=line)
             state.size, state.retry, state.next_at = size, 0.0, 0.0
-            metrics.witness_cosigned_size.labels(name).set(size)
+            metrics.witness_cosigned_size.labels(self._log.name, name).set(size)
             self._change(state, configured, "ok", f"cosigns (tree size {size})")
             return
         if isinstance(answer, witness.Conflict) and answer.size is not None and answer.size != state.size:
@@ -149,12 +153,16 @@ class Collector:
             state.size = answer.size
             self._change(state, configured, "resync", f"holds tree size {answer.size}; resubmitting from it")
             return
-        metrics.witness_failures.labels(name).inc()
+        metrics.witness_failures.labels(self._log.name, name).inc()
         if isinstance(answer, witness.Conflict):
             answer = witness.Refused(f"409 for tree size {state.size}: it holds another root for it (a split view?)")
         if isinstance(answer, witness.Refused):
             state.retry = MAX_RETRY_S
-            self._change(state, configured, "refused", f"{answer.reason}; check its url and vkey in transparency.witnesses[{state.index}]")
+            self._change(
+                state, configured, "refused",
+                f"{answer.reason}; check its url and vkey in transparency.witnesses[{state.index}], and that the "
+                f"witness knows this log's origin and key (the {self._log.name} log)",
+            )
         else:
             state.retry = min(MAX_RETRY_S, max(FIRST_RETRY_S, state.retry * 2))
             self._change(state, configured, "failing", f"{answer.reason}; trying again with backoff (at most {MAX_RETRY_S:g} s)")
@@ -168,6 +176,6 @@ class Collector:
             return
         level = logging.INFO if status in ("ok", "resync") else logging.WARNING
         logger.log(
-            level, "witness %s (%s) %s", configured.key.name, configured.url, reason,
-            extra={"action": "witness_" + status, "witness": configured.key.name},
+            level, "witness %s (%s) for the %s: %s", configured.key.name, configured.url, self._log.name, reason,
+            extra={"action": "witness_" + status, "witness": configured.key.name, "log": self._log.name},
         )

@@ -63,7 +63,8 @@ _CHECKPOINT = {
     }
 }
 _CHECKPOINT_SUMMARY = "The signed checkpoint of the Decision log's Merkle tree"
-_WITNESSED = {
+# The witnessed checkpoint's answers, the Run ledger's too (ledger.routes).
+WITNESSED = {
     200: {
         "content": {"text/plain": {"schema": {"type": "string"}}},
         "description": "The checkpoint as one C2SP signed note: the gateway's signature line and one "
@@ -132,7 +133,7 @@ async def checkpoint_agent(request: Request) -> Any:
     return await _checkpoint(request)
 
 
-@agent.get("/checkpoint/witnessed", response_class=Response, responses=_WITNESSED, summary=_WITNESSED_SUMMARY)
+@agent.get("/checkpoint/witnessed", response_class=Response, responses=WITNESSED, summary=_WITNESSED_SUMMARY)
 async def witnessed_agent(request: Request) -> Any:
     return await _witnessed(request)
 
@@ -160,7 +161,7 @@ async def checkpoint_public(request: Request, _: Authenticated) -> Any:
 
 
 @public.get(
-    "/checkpoint/witnessed", response_class=Response, responses={**_WITNESSED, **error_responses(401)},
+    "/checkpoint/witnessed", response_class=Response, responses={**WITNESSED, **error_responses(401)},
     summary=_WITNESSED_SUMMARY,
 )
 async def witnessed_public(request: Request, _: Authenticated) -> Any:

@@ -19,6 +19,7 @@ from agent_gateway.decisions import service as decisions_service
 from agent_gateway.decisions.service import DecisionNotFound
 from agent_gateway.signatures.identity import SigningIdentity
 from agent_gateway.store.engine import Store
+from agent_gateway.store.queries import decisions as decision_queries
 from agent_gateway.store.queries import tree, witnesses as witness_queries
 from agent_gateway.transparency import note, proof, witness
 
@@ -95,15 +96,21 @@ def quorum(settings: Settings) -> int:
 
 @dataclasses.dataclass(frozen=True)
 class Log:
-    """One auditable log: its tree, what its entries are called, and the error for a number
-    that names none."""
+    """One auditable log: its tree, what its entries are called, the error for a number that
+    names none, its witnesses' cosignatures, the channel its appends wake (when watched,
+    ``engine.watched``), and its name in the witnesses' log lines and metrics."""
 
     merkle_tree: tree.Tree
     noun: str
     not_found: type[errors.NotFound]
+    cosignatures: witness_queries.Cosignatures
+    channel: str
+    name: str
 
 
-DECISIONS = Log(tree.DECISIONS, "Decision", DecisionNotFound)
+DECISIONS = Log(
+    tree.DECISIONS, "Decision", DecisionNotFound, witness_queries.DECISIONS, decision_queries.CHANNEL, "decisions"
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,13 +148,17 @@ class NotWitnessed(errors.NotFound):
 
 
 class Witnessed:
-    """The witnessed checkpoint: the newest one a quorum of the configured witnesses cosigned."""
+    """The witnessed checkpoint of a log (by default the Decision log's): the newest one a quorum
+    of the configured witnesses cosigned."""
 
-    def __init__(self, store: Store, signer: note.NoteSigner, witnesses: list[Witness], quorum: int) -> None:
+    def __init__(
+        self, store: Store, signer: note.NoteSigner, witnesses: list[Witness], quorum: int, log: Log = DECISIONS
+    ) -> None:
         self._store = store
         self._signer = signer
         self._witnesses = witnesses
         self._quorum = quorum
+        self._log = log
 
     def keys(self) -> tuple[int, list[str]]:
         """The quorum, and the configured witnesses' verifier keys (cosignature/v1), in the settings' order."""
@@ -162,11 +173,11 @@ class Witnessed:
         if not vkeys:
             raise NotWitnessed()
         async with self._store.read() as conn:
-            found = await witness_queries.witnessed(conn, vkeys, self._quorum)
+            found = await self._log.cosignatures.witnessed(conn, vkeys, self._quorum)
         if found is None:
             raise NotWitnessed()
         # Ed25519 signatures are deterministic: this is the note the witnesses were sent.
-        root = await merkle.root(tree.DECISIONS.fetcher(self._store), found.tree_size)
+        root = await merkle.root(self._log.merkle_tree.fetcher(self._store), found.tree_size)
         signed = self._signer.sign(note.Checkpoint(self._signer.origin, found.tree_size, root).text())
         return found.tree_size, signed + b"".join(found.lines[vkey].encode() + b"\n" for vkey in vkeys if vkey in found.lines)
 

@@ -18,7 +18,7 @@ from agent_gateway.store.tables import decisions
 
 # The sequence PostgreSQL creates for the serial column decisions.seq.
 POSTGRES_SEQUENCE = "decisions_seq_seq"
-# Woken once Decisions are published, when a loop watches them (engine.decisions_watched).
+# Woken once Decisions are published, when a loop watches them (engine.watched).
 CHANNEL = "decisions"
 # Any constant shared by every publisher: the key of the advisory lock that orders them.
 _PUBLISH_LOCK_KEY = 0x4465_6369  # "Deci"
@@ -107,7 +107,7 @@ async def insert(
     tree's nodes they complete (``growth``, see ``store.queries.tree``) and the webhook ``deliveries``
     that report them (as ``store.queries.webhooks.insert`` takes them, waking ``channel``), and
     wake :data:`CHANNEL` when a loop watches the log."""
-    watched = engine.decisions_watched(conn)
+    watched = engine.watched(conn, CHANNEL)
     statements = [jsontext.dumps(d.statement).decode() for d in published]
     leaves = range(growth.first_leaf, growth.first_leaf + len(published))
     if conn.dialect.name == "postgresql":

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from agent_gateway.store import direct
+from agent_gateway.store import direct, engine
 from agent_gateway.store import window as windows
 from agent_gateway.store.engine import Store
 from agent_gateway.store.queries import tree
@@ -26,6 +26,9 @@ from agent_gateway.store.tables import ledger_entries, runs
 INSTRUCTIONS, RUN = "instructions", "run"
 # Any constant shared by every writer of the ledger: the key of the advisory lock that orders them.
 _APPEND_LOCK_KEY = 0x4C65_6467  # "Ledg"
+
+# Woken once entries are appended, when a loop watches the ledger (engine.watched).
+CHANNEL = "ledger"
 
 TREE = tree.Tree("ledger_tree", "SELECT CAST(seq - 1 AS BIGINT) FROM ledger_entries WHERE seq = :number")
 
@@ -43,13 +46,25 @@ _POSTGRES_LOCK = direct.Query(sa.text(f"SELECT pg_advisory_xact_lock({_APPEND_LO
 # On SQLite the write lock is held already: the next number is read.
 _SQLITE_NEXT = direct.Query(sa.text("SELECT coalesce(max(seq), 0) + 1 FROM ledger_entries"))
 # On PostgreSQL the entries and the tree's nodes go in with one statement (one round trip).
-_POSTGRES_INSERT = direct.Query(
+_POSTGRES_NODES = "INSERT INTO ledger_tree (node, hash) SELECT * FROM unnest(CAST(:keys AS bigint[]), CAST(:hashes AS bytea[]))"
+_POSTGRES_ENTRIES = (
+    "INSERT INTO ledger_entries (seq, kind, leaf, run_id) "
+    "SELECT * FROM unnest(CAST(:seqs AS bigint[]), CAST(:kinds AS varchar[]), CAST(:leaves AS text[]), "
+    "CAST(:run_ids AS varchar[]))"
+)
+_POSTGRES_INSERT = direct.Query(sa.text(f"WITH nodes AS ({_POSTGRES_NODES}) {_POSTGRES_ENTRIES}"))
+# And usually with their draw too (a round trip less on every Run's start): the entries and nodes
+# as this process predicts them (tree.Tree.predicted) are written only if the first number drawn
+# is :expected, that is if no other entry was committed since this process's last; the drawn
+# numbers are answered either way, and on a miss the caller writes as above.
+_POSTGRES_DRAW_INSERT = direct.Query(
     sa.text(
-        "WITH nodes AS (INSERT INTO ledger_tree (node, hash) "
-        "SELECT * FROM unnest(CAST(:keys AS bigint[]), CAST(:hashes AS bytea[]))) "
-        "INSERT INTO ledger_entries (seq, kind, leaf, run_id) "
-        "SELECT * FROM unnest(CAST(:seqs AS bigint[]), CAST(:kinds AS varchar[]), CAST(:leaves AS text[]), "
-        "CAST(:run_ids AS varchar[]))"
+        f"WITH d AS MATERIALIZED (SELECT pg_advisory_xact_lock({_APPEND_LOCK_KEY}) AS locked, "
+        f"nextval('{POSTGRES_SEQUENCE}') AS n FROM generate_series(1, :count)), "
+        "hit AS (SELECT min(n) = CAST(:expected AS BIGINT) AS yes FROM d), "
+        f"nodes AS ({_POSTGRES_NODES} WHERE (SELECT yes FROM hit)), "
+        f"entries AS ({_POSTGRES_ENTRIES} WHERE (SELECT yes FROM hit)) "
+        "SELECT n FROM d"
     )
 )
 _INSERT = direct.Query(
@@ -88,23 +103,16 @@ class New:
 
 async def append(conn: AsyncConnection, new: Sequence[New]) -> list[int]:
     """Append ``new`` entries in the caller's writing transaction, with the tree's nodes they
-    complete; their numbers. Holds the ledger's lock (PostgreSQL) until the transaction ends."""
+    complete; their numbers. Holds the ledger's lock (PostgreSQL) until the transaction ends, and
+    wakes :data:`CHANNEL` once it commits when a loop watches the ledger."""
+    if engine.watched(conn, CHANNEL):
+        engine.notify(conn, CHANNEL)
     if conn.dialect.name == "postgresql":
-        draws = sorted(number for _, number in await direct.run(conn, _POSTGRES_DRAW, count=len(new)))
-    else:
-        [(first,)] = await direct.run(conn, _SQLITE_NEXT)
-        draws = list(range(int(first), int(first) + len(new)))
+        return await _append_postgres(conn, new)
+    [(first,)] = await direct.run(conn, _SQLITE_NEXT)
+    draws = list(range(int(first), int(first) + len(new)))
     growth = await TREE.growth(conn, draws, [entry.leaf for entry in new])
-    # Entry seq is leaf seq - 1: numbered by the tree, which only committed entries grew.
-    seqs = list(range(growth.first_leaf + 1, growth.first_leaf + 1 + len(new)))
-    if conn.dialect.name == "postgresql":
-        await direct.run(
-            conn, _POSTGRES_INSERT,
-            keys=[key for key, _ in growth.nodes], hashes=[hash_ for _, hash_ in growth.nodes], seqs=seqs,
-            kinds=[entry.kind for entry in new], leaves=[entry.leaf.decode() for entry in new],
-            run_ids=[entry.run_id for entry in new],
-        )
-        return seqs
+    seqs = _seqs(growth, new)
     await direct.run_many(
         conn, _INSERT,
         [
@@ -114,6 +122,42 @@ async def append(conn: AsyncConnection, new: Sequence[New]) -> list[int]:
     )
     await TREE.write(conn, growth)
     return seqs
+
+
+async def _append_postgres(conn: AsyncConnection, new: Sequence[New]) -> list[int]:
+    """:func:`append` on PostgreSQL: the draw, the entries and the nodes in one statement when
+    this process's prediction holds, else the draw, then the frontier read and the write."""
+    leaves = [entry.leaf for entry in new]
+    predicted = TREE.predicted(conn, leaves)
+    if predicted is not None:
+        seqs = _seqs(predicted.growth, new)
+        rows = await direct.run(
+            conn, _POSTGRES_DRAW_INSERT, count=len(new), expected=predicted.first_number,
+            **_postgres_columns(predicted.growth, seqs, new),
+        )
+        draws = sorted(number for (number,) in rows)
+        if draws[0] == predicted.first_number:
+            TREE.committing(conn, predicted.after)
+            return seqs
+    else:
+        draws = sorted(number for _, number in await direct.run(conn, _POSTGRES_DRAW, count=len(new)))
+    growth = await TREE.growth(conn, draws, leaves)
+    seqs = _seqs(growth, new)
+    await direct.run(conn, _POSTGRES_INSERT, **_postgres_columns(growth, seqs, new))
+    return seqs
+
+
+def _seqs(growth: tree.Growth, new: Sequence[New]) -> list[int]:
+    # Entry seq is leaf seq - 1: numbered by the tree, which only committed entries grew.
+    return list(range(growth.first_leaf + 1, growth.first_leaf + 1 + len(new)))
+
+
+def _postgres_columns(growth: tree.Growth, seqs: list[int], new: Sequence[New]) -> dict[str, object]:
+    return {
+        "keys": [key for key, _ in growth.nodes], "hashes": [hash_ for _, hash_ in growth.nodes], "seqs": seqs,
+        "kinds": [entry.kind for entry in new], "leaves": [entry.leaf.decode() for entry in new],
+        "run_ids": [entry.run_id for entry in new],
+    }
 
 
 async def last_instructions(conn: AsyncConnection) -> Entry | None:

@@ -21,6 +21,8 @@ from agent_gateway.store.queries import runs as run_queries
 from agent_gateway.store.tables import signals
 
 PENDING, PROCESSING, DONE, FAILED = "pending", "processing", "done", "failed"
+# What emitted a Signal: a Message, a Schedule's fire, or the operator's own code (anything else).
+MESSAGE, SCHEDULE, OPERATOR = "message", "schedule", "operator"
 STATES = (PENDING, PROCESSING, DONE, FAILED)
 
 
@@ -32,6 +34,8 @@ class Signal:
     emitted_at: str
     state: str
     error: str | None
+    # What emitted it (ORIGINS); not in the spec's record: the Run ledger records it.
+    origin: str = "operator"
 
     def to_json(self) -> records.Signal:
         return {
@@ -45,16 +49,19 @@ class Signal:
 
     @classmethod
     def from_row(cls, row: sa.Row) -> Signal:
-        return cls(row.id, row.kind, row.payload, row.emitted_at, row.state, row.error)
+        return cls(row.id, row.kind, row.payload, row.emitted_at, row.state, row.error, row.origin)
 
     @classmethod
     def from_driver(cls, row: Sequence[Any]) -> Signal:
         """From a row of :data:`_COLUMNS` as the driver gives it (see ``store.direct``): the payload is JSON text."""
-        id, kind, payload, emitted_at, state, error = row
-        return cls(id, kind, jsontext.loads(payload), emitted_at, state, error)
+        id, kind, payload, emitted_at, state, error, origin = row
+        return cls(id, kind, jsontext.loads(payload), emitted_at, state, error, origin)
 
 
-_COLUMNS = (signals.c.id, signals.c.kind, signals.c.payload, signals.c.emitted_at, signals.c.state, signals.c.error)
+_COLUMNS = (
+    signals.c.id, signals.c.kind, signals.c.payload, signals.c.emitted_at, signals.c.state, signals.c.error,
+    signals.c.origin,
+)
 # Queue order: emittedAt, ties broken by the insert's number.
 _QUEUE_ORDER = (signals.c.emitted_at.asc(), signals.c.position.asc())
 _NEWEST_FIRST = (signals.c.emitted_at.desc(), signals.c.position.desc())
@@ -117,14 +124,18 @@ def _end_and_claim() -> sa.Update:
 _END_AND_CLAIM = direct.Query(_end_and_claim())
 
 
-async def insert(conn: AsyncConnection, *, id: str, kind: str, payload: Any, emitted_at: str) -> None:
-    await insert_many(conn, [(id, kind, payload, emitted_at)])
+async def insert(conn: AsyncConnection, *, id: str, kind: str, payload: Any, emitted_at: str, origin: str = OPERATOR) -> None:
+    await insert_many(conn, [(id, kind, payload, emitted_at)], origin=origin)
 
 
-async def insert_many(conn: AsyncConnection, pending: Sequence[tuple[str, str, Any, str]]) -> None:
-    """Record pending Signals, each ``(id, kind, payload, emitted_at)``, in order, with one statement."""
+async def insert_many(conn: AsyncConnection, pending: Sequence[tuple[str, str, Any, str]], *, origin: str = OPERATOR) -> None:
+    """Record pending Signals, each ``(id, kind, payload, emitted_at)``, emitted by ``origin``, in
+    order, with one statement."""
     rows = [
-        {"id": id, "kind": kind, "payload": payload, "emitted_at": emitted_at, "state": PENDING, "error": None}
+        {
+            "id": id, "kind": kind, "payload": payload, "emitted_at": emitted_at, "state": PENDING, "error": None,
+            "origin": origin,
+        }
         for id, kind, payload, emitted_at in pending
     ]
     await conn.execute(_INSERT, rows)

@@ -263,6 +263,21 @@ def _sqlite_insert(table: str, count: int) -> str:
     return f"INSERT INTO {table} (node, hash) VALUES " + ", ".join(["(?, ?)"] * count)
 
 
+@dataclasses.dataclass(frozen=True)
+class Predicted:
+    """A growth computed before its numbers are drawn (:meth:`Tree.predicted`)."""
+
+    first_number: int
+    growth: Growth
+    after: _Committed
+
+
+def _grow(size: int, frontier: list[bytes], numbers: Sequence[int], leaves: Sequence[bytes]) -> tuple[Growth, _Committed]:
+    """The growth ``leaves`` numbered ``numbers`` make of the tree of ``size`` with ``frontier``, and the tree after it."""
+    completed, grown = merkle.appended(frontier, size, [merkle.leaf_hash(leaf) for leaf in leaves])
+    return Growth(size, [(key(node), hash_) for node, hash_ in completed]), _Committed(numbers[-1] + 1, size + len(leaves), grown)
+
+
 class Tree:
     """One log's Merkle tree: its nodes in ``table``; ``leaf`` the SELECT of the leaf index of the
     entry numbered ``:number`` (no row when there is none). Every log's tree is this one code."""
@@ -284,8 +299,7 @@ class Tree:
         that growth left it. A rolled-back write leaves nothing here (it may burn numbers, which
         only makes the next growth read).
         """
-        engine = conn.sync_engine
-        committed = self._committed.get(engine)
+        committed = self._committed.get(conn.sync_engine)
         if committed is not None and committed.next_number == numbers[0]:
             size, frontier = committed.size, committed.frontier
         else:
@@ -293,10 +307,27 @@ class Tree:
             # The lowest subtree of the frontier ends at the newest leaf: (index + 1) << level is the size.
             size = max(((index + 1) << level for level, index in stored), default=0)
             frontier = [stored[node] for node in merkle.subtrees(0, size)]
-        completed, grown = merkle.appended(frontier, size, [merkle.leaf_hash(leaf) for leaf in leaves])
-        after = _Committed(numbers[-1] + 1, size + len(leaves), grown)
+        growth, after = _grow(size, frontier, numbers, leaves)
+        self.committing(conn, after)
+        return growth
+
+    def predicted(self, conn: AsyncConnection, leaves: Sequence[bytes]) -> Predicted | None:
+        """What appending ``leaves`` writes if the numbers drawn for them follow on from this
+        process's last committed growth's (as :meth:`growth` finds when no other entry was
+        committed since), for a writer that draws its numbers in the statement that writes them
+        (``store.queries.ledger``): it writes only if the first number drawn is ``first_number``,
+        then has :meth:`committing` keep ``after``. None when this process has committed no growth."""
+        committed = self._committed.get(conn.sync_engine)
+        if committed is None:
+            return None
+        numbers = range(committed.next_number, committed.next_number + len(leaves))
+        growth, after = _grow(committed.size, committed.frontier, numbers, leaves)
+        return Predicted(committed.next_number, growth, after)
+
+    def committing(self, conn: AsyncConnection, after: _Committed) -> None:
+        """Keep ``after`` as this process's last committed growth once ``conn``'s transaction commits."""
+        engine = conn.sync_engine
         on_commit(conn, lambda: self._committed.__setitem__(engine, after))
-        return Growth(size, [(key(node), hash_) for node, hash_ in completed])
 
     async def write(self, conn: AsyncConnection, growth: Growth) -> None:
         """Write ``growth``'s nodes (the Decision log does so on SQLite only: on PostgreSQL its

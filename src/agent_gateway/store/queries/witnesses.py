@@ -1,4 +1,6 @@
-"""Queries on the witnesses' cosignatures: one row per witness and tree size it cosigned."""
+"""Queries on the witnesses' cosignatures of a log's checkpoints (the Decision log's, the Run
+ledger's): one table per log, one row per witness and tree size it cosigned, the same code for
+each (:class:`Cosignatures`)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from agent_gateway.store.tables import witness_cosignatures as cosignatures
+from agent_gateway.store import tables
 
 
 @dataclasses.dataclass(frozen=True)
@@ -20,44 +22,50 @@ class Witnessed:
     lines: dict[str, str]
 
 
-async def add(conn: AsyncConnection, *, witness: str, tree_size: int, line: str) -> None:
-    """Keep ``witness``'s cosignature of ``tree_size``; a second one of the same size is left out
-    (two processes that led in turn may both have collected it)."""
-    insert = (postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert)(cosignatures)
-    await conn.execute(
-        insert.values(witness=witness, tree_size=tree_size, line=line).on_conflict_do_nothing(
-            index_elements=["witness", "tree_size"]
-        )
-    )
+@dataclasses.dataclass(frozen=True)
+class Cosignatures:
+    """The cosignatures of one log's checkpoints, in ``table`` (witness, tree_size, line)."""
 
+    table: sa.Table
 
-async def last_sizes(conn: AsyncConnection, witnesses: Sequence[str]) -> dict[str, int]:
-    """The largest size each of ``witnesses`` cosigned (those that cosigned any)."""
-    rows = await conn.execute(
-        sa.select(cosignatures.c.witness, sa.func.max(cosignatures.c.tree_size))
-        .where(cosignatures.c.witness.in_(list(witnesses)))
-        .group_by(cosignatures.c.witness)
-    )
-    return {witness: size for witness, size in rows}
-
-
-async def witnessed(conn: AsyncConnection, witnesses: Sequence[str], quorum: int) -> Witnessed | None:
-    """The largest tree size that at least ``quorum`` of ``witnesses`` cosigned, or None."""
-    size = (
+    async def add(self, conn: AsyncConnection, *, witness: str, tree_size: int, line: str) -> None:
+        """Keep ``witness``'s cosignature of ``tree_size``; a second one of the same size is left out
+        (two processes that led in turn may both have collected it)."""
+        insert = (postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert)(self.table)
         await conn.execute(
-            sa.select(cosignatures.c.tree_size)
-            .where(cosignatures.c.witness.in_(list(witnesses)))
-            .group_by(cosignatures.c.tree_size)
-            .having(sa.func.count() >= quorum)
-            .order_by(cosignatures.c.tree_size.desc())
-            .limit(1)
+            insert.values(witness=witness, tree_size=tree_size, line=line).on_conflict_do_nothing(
+                index_elements=["witness", "tree_size"]
+            )
         )
-    ).scalar()
-    if size is None:
-        return None
-    rows = await conn.execute(
-        sa.select(cosignatures.c.witness, cosignatures.c.line).where(
-            cosignatures.c.tree_size == size, cosignatures.c.witness.in_(list(witnesses))
+
+    async def last_sizes(self, conn: AsyncConnection, witnesses: Sequence[str]) -> dict[str, int]:
+        """The largest size each of ``witnesses`` cosigned (those that cosigned any)."""
+        c = self.table.c
+        rows = await conn.execute(
+            sa.select(c.witness, sa.func.max(c.tree_size)).where(c.witness.in_(list(witnesses))).group_by(c.witness)
         )
-    )
-    return Witnessed(size, {witness: line for witness, line in rows})
+        return {witness: size for witness, size in rows}
+
+    async def witnessed(self, conn: AsyncConnection, witnesses: Sequence[str], quorum: int) -> Witnessed | None:
+        """The largest tree size that at least ``quorum`` of ``witnesses`` cosigned, or None."""
+        c = self.table.c
+        size = (
+            await conn.execute(
+                sa.select(c.tree_size)
+                .where(c.witness.in_(list(witnesses)))
+                .group_by(c.tree_size)
+                .having(sa.func.count() >= quorum)
+                .order_by(c.tree_size.desc())
+                .limit(1)
+            )
+        ).scalar()
+        if size is None:
+            return None
+        rows = await conn.execute(
+            sa.select(c.witness, c.line).where(c.tree_size == size, c.witness.in_(list(witnesses)))
+        )
+        return Witnessed(size, {witness: line for witness, line in rows})
+
+
+DECISIONS = Cosignatures(tables.witness_cosignatures)
+LEDGER = Cosignatures(tables.ledger_witness_cosignatures)
