@@ -1,0 +1,63 @@
+"""The ledger's canonical JSON: the fast encoder gives RFC 8785's bytes, or hands over to the library."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import rfc8785
+
+from agent_gateway.ledger import entries
+
+
+def test_every_bmp_character_and_astral_ones_are_escaped_as_rfc_8785_escapes_them() -> None:
+    for base in range(0, 0x10000, 256):
+        text = "".join(chr(c) for c in range(base, base + 256) if not 0xD800 <= c < 0xE000)
+        assert entries.canonical({"t": text}) == rfc8785.dumps({"t": text})
+    astral = "".join(chr(c) for c in range(0x10000, 0x110000, 97))
+    assert entries.canonical([astral]) == rfc8785.dumps([astral])
+
+
+def test_member_names_sort_by_utf16_code_units_where_code_points_would_not() -> None:
+    # U+E000 sorts above a surrogate pair in UTF-16, below U+1F600 by code point.
+    value = {"\ue000": 1, "\U0001f600": 2, "a": 3, "\u00e9": 4, "": 5}
+    assert entries.canonical(value) == rfc8785.dumps(value)
+    assert entries.canonical(value).index("\U0001f600".encode()) < entries.canonical(value).index("\ue000".encode())
+
+
+def test_random_values_encode_as_the_library_encodes_them() -> None:
+    generator = random.Random(8785)
+    alphabet = [chr(c) for c in (*range(0x00, 0x80), 0xE9, 0x20AC, 0x2028, 0xD7FF, 0xE000, 0xFFFF, 0x1F600)]
+
+    def text() -> str:
+        return "".join(generator.choice(alphabet) for _ in range(generator.randrange(6)))
+
+    def value(depth: int) -> object:
+        kind = generator.randrange(8 if depth < 3 else 5)
+        if kind == 0:
+            return text()
+        if kind == 1:
+            return generator.choice([None, True, False])
+        if kind == 2:
+            return generator.randrange(-(2**53) + 1, 2**53)
+        if kind == 3:
+            return generator.choice([0.5, -0.0, 1e21, 1e-7, 123456789.125])
+        if kind == 4:
+            return generator.randrange(-1000, 1000)
+        if kind == 5:
+            return [value(depth + 1) for _ in range(generator.randrange(4))]
+        return {text(): value(depth + 1) for _ in range(generator.randrange(5))}
+
+    for _ in range(3000):
+        made = value(0)
+        assert entries.canonical(made) == rfc8785.dumps(made), made
+
+
+@pytest.mark.parametrize("value", [2**53, -(2**53), "\ud800", {"a": ["x\udfff"]}, float("nan")])
+def test_what_i_json_leaves_out_is_refused_as_the_library_refuses_it(value: object) -> None:
+    with pytest.raises(rfc8785.CanonicalizationError):
+        entries.canonical(value)
+
+
+def test_the_largest_safe_integers_are_encoded() -> None:
+    assert entries.canonical([2**53 - 1, -(2**53) + 1]) == b"[9007199254740991,-9007199254740991]"
