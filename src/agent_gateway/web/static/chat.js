@@ -218,7 +218,10 @@
     const when = new Date(message.createdAt);
     const who = message.direction === "inbound" ? "You" : "Agent";
     meta.textContent = who + " · " + when.toLocaleString([], { dateStyle: "short", timeStyle: "short" });
-    item.append(meta, document.createTextNode(message.text)); // text, never markup
+    const text = document.createElement("span");
+    text.className = "text";
+    text.textContent = message.text; // text, never markup
+    item.append(meta, text);
     if (message.direction === "inbound") {
       // The receipt's mark: checks, when pressed, that the Message reached the agent as shown.
       const badge = document.createElement("button");
