@@ -116,11 +116,16 @@ class Databases:
     Copies are made ahead (``CREATE DATABASE ... TEMPLATE`` in a thread of their own, ``AHEAD`` at
     a time), so a test takes one that is ready instead of waiting for PostgreSQL to write it.
     Dropping one is left to another thread: PostgreSQL 15 checkpoints at every ``DROP DATABASE``,
-    which takes seconds on a busy machine, and no test needs to wait for that. :meth:`close`
-    waits for the last drops.
+    which takes seconds on a busy machine, and no test needs to wait for that. Drops are made
+    ``DROP_BATCH`` at a time: a checkpoint writes every dirty page of every database, and one per
+    test kept PostgreSQL's checkpointer busy for most of a run (876 checkpoints, 861 s of them in
+    an 18-minute run, 640 s of it in fsync); the checkpoints that follow the first of a batch
+    find almost nothing to write. :meth:`close` waits for the last drops.
     """
 
     AHEAD = 2
+    # Databases dropped in a row: only the first's checkpoint has pages to write.
+    DROP_BATCH = 32
 
     def __init__(self, template: str) -> None:
         self.template = template
@@ -192,7 +197,16 @@ class Databases:
                 self._ready.put(exc)
 
     def _drop_each(self) -> None:
+        doomed: list[str] = []
         while (name := self._doomed.get()) is not None:
+            doomed.append(name)
+            if len(doomed) == self.DROP_BATCH:
+                self._drop_all(doomed)
+                doomed = []
+        self._drop_all(doomed)
+
+    def _drop_all(self, names: list[str]) -> None:
+        for name in names:
             try:
                 asyncio.run(admin(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
             except (OSError, asyncpg.PostgresError, asyncio.TimeoutError) as exc:
