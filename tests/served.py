@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import contextlib
 import io
 import logging
@@ -11,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -72,14 +75,32 @@ def run_cli(
     )
 
 
+# Typer's runner swaps the process's stdout, stderr and environment for a call: one call at a time.
+_HERE = threading.Lock()
+
+
 def run_cli_here(
     *args: str, config: Path, input: str | None = None, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
     """``agent-gateway ARGS`` as :func:`run_cli` runs it, but in this process (Typer's runner), for
-    tables of refusals and repeated runs where what is tested is the command's answer and not its
-    start: an interpreter start costs a second of CPU. Only from a test with no event loop running.
-    The environment is what :func:`run_cli` would give, no more: every other ``AGENT_GATEWAY_``
-    variable of this process is hidden for the call."""
+    tables of refusals, repeated runs and a test's setup, where what is tested is the command's
+    answer and not its start: an interpreter start costs a second and a half of CPU. The
+    environment is what :func:`run_cli` would give, no more: every other ``AGENT_GATEWAY_``
+    variable of this process is hidden for the call. From a test whose event loop is running the
+    command runs in a thread of its own (it runs its own loop), and the test waits for it as it
+    would for a subprocess."""
+    with _HERE:
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return _invoke(args, config, input, env)
+        with concurrent.futures.ThreadPoolExecutor(max_workers=1) as thread:
+            return thread.submit(_invoke, args, config, input, env).result()
+
+
+def _invoke(
+    args: tuple[str, ...], config: Path, input: str | None, env: dict[str, str] | None
+) -> subprocess.CompletedProcess[str]:
     from typer.testing import CliRunner
 
     from agent_gateway.cli.main import app
@@ -222,7 +243,9 @@ class ServedGateway:
         return run_cli_here(*args, config=self.config, input=input, env=self.env)
 
     def cli_json(self, *args: str, input: str | None = None) -> Any:
-        result = self.cli(*args, input=input)
+        """The JSON a command prints, run in this process (:func:`run_cli_here`): these calls set a
+        test up or read its state, and :meth:`cli` keeps the real starts."""
+        result = self.cli_here(*args, input=input)
         assert result.returncode == 0, result.stderr
         return orjson.loads(result.stdout)
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import time
 import tomllib
@@ -63,15 +62,14 @@ def gateway(directory: Path, variables: dict[str, str]) -> Iterator[served.Serve
 
 
 def users(gateway: served.ServedGateway, count: int) -> list[User]:
-    """``count`` new Users, each with a Token (the CLI, side by side: each start costs seconds)."""
+    """``count`` new Users, each with a Token (the CLI's commands, in this process)."""
 
-    def one(_: int) -> User:
+    def one() -> User:
         user = gateway.cli_json("users", "add")
         token = gateway.cli_json("tokens", "issue", user["id"])["token"]
         return User(gateway, user["id"], token)
 
-    with concurrent.futures.ThreadPoolExecutor(max_workers=count) as pool:
-        return list(pool.map(one, range(count)))
+    return [one() for _ in range(count)]
 
 
 class User:
