@@ -951,7 +951,7 @@ def _check_schemes(values: Mapping[str, Any]) -> None:
     schemes = values.get("auth_schemes", Settings.auth_schemes)
     if not schemes or len(set(schemes)) < len(schemes):
         raise SettingsError("auth.schemes: name each scheme once, at least one")
-    if "nostr" in schemes and importlib.util.find_spec("nostr_sdk") is None:
+    if "nostr" in schemes and importlib.util.find_spec("coincurve") is None:
         raise SettingsError("auth.schemes: \"nostr\" needs the nostr extra: pip install 'agent-gateway[nostr]'")
 
 

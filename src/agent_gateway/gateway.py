@@ -218,7 +218,7 @@ class Gateway:
         """The authentication scheme ``name`` of ``[auth] schemes`` (config.AUTH_SCHEMES)."""
         if name == "password":
             return self.password_scheme
-        # Imported here: nostr-sdk is an optional extra, there when the settings name the scheme.
+        # Imported here: coincurve is an optional extra (nostr), there when the settings name the scheme.
         from agent_gateway.auth.nip98 import NostrScheme
 
         return NostrScheme(self.store, public_base_url=self.settings.public_base_url)

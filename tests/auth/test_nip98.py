@@ -18,9 +18,11 @@ import nostr_sdk
 import orjson
 import pytest
 import sqlalchemy as sa
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agent_gateway import clock, config
-from agent_gateway.auth.nip98 import WINDOW, NostrScheme
+from agent_gateway.auth.nip98 import WINDOW, Claim, NostrScheme, verified_pubkey
 from agent_gateway.auth.tokens import PasswordScheme
 from agent_gateway.channels import identities
 from agent_gateway.gateway import Gateway
@@ -32,6 +34,8 @@ from agent_gateway.store.tables import nostr_auth_events
 from tests.auth.conftest import MakeUser, bearer, login, token_of
 
 BASE = "http://public"
+# One key for the property test's many events (generating one per example would be most of its time).
+KEYS = nostr_sdk.Keys.generate()
 
 
 def header(keys: nostr_sdk.Keys, url: str, method: str, *, body: bytes = b"", created_at: int | None = None,
@@ -85,6 +89,11 @@ async def test_every_failed_condition_is_the_one_401(public: httpx.AsyncClient, 
     signed = header(keys, url, "GET")["Authorization"]
     event = base64.b64decode(signed.removeprefix("Nostr ")).decode()
     tampered = event.replace('"content":""', '"content":"x"')
+    fields, other = orjson.loads(event), orjson.loads(base64.b64decode(header(keys, url, "PUT")["Authorization"][6:]))
+
+    def edited(**changes: object) -> dict[str, str]:
+        return {"Authorization": "Nostr " + base64.b64encode(orjson.dumps({**fields, **changes})).decode()}
+
     cases = {
         "unlinked key": header(unlinked, url, "GET"),
         "other url": header(keys, f"{BASE}/users/me?x=1", "GET"),
@@ -93,7 +102,23 @@ async def test_every_failed_condition_is_the_one_401(public: httpx.AsyncClient, 
         "too old": header(keys, url, "GET", created_at=now - WINDOW - 30),
         "too new": header(keys, url, "GET", created_at=now + WINDOW + 30),
         "other kind": header(keys, url, "GET", kind=27236),
-        "bad signature": {"Authorization": "Nostr " + base64.b64encode(tampered.encode()).decode()},
+        "content changed after signing": {"Authorization": "Nostr " + base64.b64encode(tampered.encode()).decode()},
+        "another event's signature": edited(sig=other["sig"]),
+        "a signature's bit flipped": edited(sig=fields["sig"][:-1] + "0123456789abcdef"[int(fields["sig"][-1], 16) ^ 1]),
+        "short signature": edited(sig=fields["sig"][:-2]),
+        "non-hex signature": edited(sig="zz" + fields["sig"][2:]),
+        "another event's id": edited(id=other["id"]),
+        "non-hex id": edited(id="zz" + fields["id"][2:]),
+        "no id": {"Authorization": "Nostr " + base64.b64encode(orjson.dumps({**fields, "id": None})).decode()},
+        "another key": edited(pubkey=unlinked.public_key().to_hex()),
+        "short key": edited(pubkey=fields["pubkey"][:-2]),
+        "non-hex key": edited(pubkey="zz" + fields["pubkey"][2:]),
+        "key off the curve": edited(pubkey="f" * 64),
+        "key not a string": edited(pubkey=1),
+        "content not a string": edited(content=None),
+        "a tag value not a string": edited(tags=[*fields["tags"], ["nonce", 1]]),
+        "a tag not a list": edited(tags=[*fields["tags"], "nonce"]),
+        "an empty tag": edited(tags=[*fields["tags"], []]),
         "not base64": {"Authorization": "Nostr !!!"},
         "not an event": {"Authorization": "Nostr " + base64.b64encode(b"{}").decode()},
         "empty": {"Authorization": "Nostr"},
@@ -102,6 +127,38 @@ async def test_every_failed_condition_is_the_one_401(public: httpx.AsyncClient, 
     for name, headers in cases.items():
         response = await public.get("/users/me", headers=headers)
         assert (response.status_code, response.content) == (401, expected), name
+
+
+# Strings NIP-01's serialisation must write exactly as rust-nostr does: escapes, every control
+# character, DEL, non-ASCII (\u2028, astral), quotes, backslashes, the empty string.
+AWKWARD = ["", '"', "\\", "\\u0041", "/", "\x7f", "\u2028\u2029", "é ü ß ∑ 漢字 🙂", "\ufeff", "a\u0000b",
+           "".join(map(chr, range(32))), '{"kind":1}', "\\n literal"]
+
+
+def test_the_event_id_is_the_one_nostr_sdk_computes():
+    keys, now, url = nostr_sdk.Keys.generate(), int(time.time()), f"{BASE}/users/me"
+    cases = [(text, [[text], ["t", text, text], [text[:1] or "x"]]) for text in AWKWARD]
+    cases += [("", [["x", ""]]), ("".join(AWKWARD), [list(AWKWARD)])]
+    for content, extra in cases:
+        tags = [["u", url], ["method", "GET"], *extra]
+        builder = nostr_sdk.EventBuilder(nostr_sdk.Kind(27235), content)
+        builder = builder.tags([nostr_sdk.Tag.parse(tag) for tag in tags]).custom_created_at(nostr_sdk.Timestamp.from_secs(now))
+        event = builder.finalize(keys)
+        credentials = base64.b64encode(event.as_json().encode()).decode()
+        found = verified_pubkey(credentials, Claim(url, "GET", b""), now=now)
+        assert found == (keys.public_key().to_hex(), event.id().to_hex()), (content, extra)
+
+
+@settings(max_examples=300, deadline=None)
+@given(content=st.text(), values=st.lists(st.lists(st.text(), min_size=1, max_size=3), max_size=3))
+def test_the_event_id_is_the_one_nostr_sdk_computes_on_any_text(content: str, values: list[list[str]]):
+    keys, now, url = KEYS, int(time.time()), f"{BASE}/users/me"
+    tags = [["u", url], ["method", "GET"], *values]
+    builder = nostr_sdk.EventBuilder(nostr_sdk.Kind(27235), content)
+    builder = builder.tags([nostr_sdk.Tag.parse(tag) for tag in tags]).custom_created_at(nostr_sdk.Timestamp.from_secs(now))
+    event = builder.finalize(keys)
+    credentials = base64.b64encode(event.as_json().encode()).decode()
+    assert verified_pubkey(credentials, Claim(url, "GET", b""), now=now) == (keys.public_key().to_hex(), event.id().to_hex())
 
 
 async def test_a_body_needs_its_payload_digest(public: httpx.AsyncClient, gateway: Gateway,
@@ -220,7 +277,7 @@ def test_a_scheme_settings_error_is_refused_in_one_line(tmp_path, text: str, wor
 
 def test_the_nostr_scheme_without_its_library_is_refused_naming_the_extra(tmp_path, monkeypatch):
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "nostr_sdk" else real(name, *a))
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "coincurve" else real(name, *a))
     message = refusal(tmp_path, 'schemes = ["password", "nostr"]')
     assert message == "auth.schemes: \"nostr\" needs the nostr extra: pip install 'agent-gateway[nostr]'"
     assert settings_of(tmp_path, "").auth_schemes == ("password",)
