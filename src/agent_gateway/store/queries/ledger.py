@@ -69,7 +69,9 @@ _DRAW_INSERT = (
 _POSTGRES_DRAW_INSERT = direct.Query(sa.text(f"WITH {_DRAW_INSERT}"))
 # The same, writing the Runs whose entries these are as well, hit or miss (a Run's start: its
 # Runs are recorded and its entry appended in one round trip).
-_POSTGRES_RECORD_DRAW_INSERT = direct.Query(sa.text(f"WITH recorded AS ({run_queries.POSTGRES_INSERT}), {_DRAW_INSERT}"))
+_POSTGRES_RECORD_DRAW_INSERT = direct.Query(
+    sa.text(f"WITH recorded AS ({run_queries.POSTGRES_INSERT}), {_DRAW_INSERT}")
+)
 _INSERT = direct.Query(
     ledger_entries.insert()
     .values({column: sa.bindparam(column) for column in ("seq", "kind", "leaf", "run_id")})
@@ -139,7 +141,9 @@ async def _append_postgres(conn: AsyncConnection, new: Sequence[New], record: Se
     predicted = TREE.predicted(conn, leaves)
     if predicted is not None:
         seqs = _seqs(predicted.growth, new)
-        query, runs = (_POSTGRES_RECORD_DRAW_INSERT, run_queries.postgres_columns(record)) if record else (_POSTGRES_DRAW_INSERT, {})
+        query, runs = (
+            (_POSTGRES_RECORD_DRAW_INSERT, run_queries.postgres_columns(record)) if record else (_POSTGRES_DRAW_INSERT, {})
+        )
         rows = await direct.run(
             conn, query, count=len(new), expected=predicted.first_number,
             **_postgres_columns(predicted.growth, seqs, new), **runs,
