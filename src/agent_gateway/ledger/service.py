@@ -14,6 +14,7 @@ from agent_gateway.ledger import entries
 from agent_gateway.store import window as windows
 from agent_gateway.store.engine import Store
 from agent_gateway.store.queries import ledger as queries
+from agent_gateway.store.queries import runs as run_queries
 from agent_gateway.store.queries import witnesses as witness_queries
 from agent_gateway.store.queries.runs import Run
 from agent_gateway.store.queries.signals import Signal
@@ -51,9 +52,15 @@ class Ledger:
         self.instructions_seq = seq
         return seq
 
-    async def started(self, conn: AsyncConnection, signal: Signal, runs: Sequence[Run], started_at: str) -> None:
-        """Append the entries of ``runs`` of ``signal``, started at ``started_at`` in ``conn``'s transaction."""
+    async def started(
+        self, conn: AsyncConnection, signal: Signal, runs: Sequence[Run], started_at: str, record: Sequence[Run] = ()
+    ) -> None:
+        """Append the entries of ``runs`` of ``signal``, started at ``started_at`` in ``conn``'s transaction.
+
+        ``record``: Runs of ``signal`` not yet written (``run_queries.to_record``), written with the
+        entries (on PostgreSQL in their statement, a round trip less)."""
         if not runs:
+            await run_queries.insert(conn, record)
             return
         if self.instructions_seq is None:
             raise RuntimeError("the ledger records Runs once the instructions are recorded")
@@ -68,7 +75,7 @@ class Ledger:
                 run.id,
             )
             for run in runs
-        ])
+        ], record)
 
 
 async def read(store: Store, window: windows.Window) -> list[queries.Entry]:

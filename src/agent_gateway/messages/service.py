@@ -115,7 +115,7 @@ async def append_many(conn: AsyncConnection, drafts: Sequence[Draft]) -> list[Me
         engine.notify(conn, channel(user_id))
     received = [m.to_json() for m in recorded if isinstance(m, Message) and m.direction == INBOUND]
     if received:
-        await signals.emit_many(conn, RECEIVED, received, origin=signals.MESSAGE)
+        await signals.emit_many(conn, RECEIVED, received, origin=signals.MESSAGE, late=True)
     for direction, event in ((INBOUND, outbox.MESSAGE_INBOUND), (OUTBOUND, outbox.MESSAGE_OUTBOUND)):
         await outbox.add(
             conn, event, ((m.created_at, m.to_json()) for m in recorded if isinstance(m, Message) and m.direction == direction)

@@ -87,19 +87,21 @@ async def emit(conn: AsyncConnection, kind: str, payload: Any, *, origin: str = 
 
 
 async def emit_many(
-    conn: AsyncConnection, kind: str, payloads: Sequence[Any], *, origin: str = OPERATOR
+    conn: AsyncConnection, kind: str, payloads: Sequence[Any], *, origin: str = OPERATOR, late: bool = False
 ) -> list[str]:
-    """:func:`emit` a Signal of ``kind`` for each of ``payloads``, in that order; return their ids."""
-    return [signal.id for signal in await emit_signals(conn, kind, payloads, origin=origin)]
+    """:func:`emit` a Signal of ``kind`` for each of ``payloads``, in that order; return their ids.
+
+    ``late``: the caller reads none of them back in its transaction, so on PostgreSQL its last
+    statement may write them (``store.queries.signals.insert_many``)."""
+    return [signal.id for signal in await emit_signals(conn, kind, payloads, origin=origin, late=late)]
 
 
 async def emit_signals(
-    conn: AsyncConnection, kind: str, payloads: Sequence[Any], *, origin: str = OPERATOR
+    conn: AsyncConnection, kind: str, payloads: Sequence[Any], *, origin: str = OPERATOR, late: bool = False
 ) -> list[Signal]:
     """:func:`emit_many`, returning the pending Signals as recorded."""
     pending = [(str(uuid.uuid4()), kind, payload, clock.now_iso()) for payload in payloads]
-    await signal_queries.insert_many(conn, pending, origin=origin)
-    engine.notify(conn, CHANNEL)
+    await signal_queries.insert_many(conn, pending, origin=origin, wake=CHANNEL, late=late)
     return [Signal(id, kind, payload, at, signal_queries.PENDING, None, origin) for id, kind, payload, at in pending]
 
 

@@ -77,6 +77,8 @@ class Worker:
         self._cancels: Subscription | None = None
         # Each claim leaves dead row versions in the queue's index (store.vacuum).
         self._vacuum = Vacuum(store, "signals")
+        # The last claim found no Signal pending.
+        self._queue_empty = False
         self.active = False
 
     def stop(self) -> None:
@@ -135,7 +137,9 @@ class Worker:
         """Claim the oldest pending Signal and process it to its end; False when none is pending.
 
         The transaction that ends a Signal also claims the next one, so while the
-        queue is not empty this goes on with the Signals claimed that way.
+        queue is not empty this goes on with the Signals claimed that way; when that
+        claim found none, so does this (a claim again at once would find none either:
+        a Signal emitted since wakes the subscription :meth:`run` waits on).
         """
         async with self.store.transaction() as conn:
             claimed = await self._claim(conn)
@@ -150,7 +154,7 @@ class Worker:
                 step = _Step(claimed.signal, abandon=error, end_signal=True, signal_error=error, claim_next=False)
                 await asyncio.shield(self._write(step))
                 claimed = None
-        return True
+        return not self._queue_empty
 
     async def _claim(self, conn: AsyncConnection) -> _Claimed | None:
         """Claim the oldest pending Signal, within ``conn``'s transaction.
@@ -163,6 +167,7 @@ class Worker:
 
     async def _claimed(self, conn: AsyncConnection, signal: Signal | None) -> _Claimed | None:
         """:meth:`_claim` for a Signal that ``conn``'s transaction has just claimed."""
+        self._queue_empty = signal is None
         if signal is None:
             return None
         self._vacuum.claimed()
@@ -174,11 +179,10 @@ class Worker:
         except Exception:
             return _Claimed(signal)
         now = clock.now_iso()
-        await run_queries.record(
-            conn, signal_id=signal.id, prompts=[(run.id, run.session, run.prompt) for run in runs],
-            first_started_at=now,
+        recorded = run_queries.to_record(
+            signal_id=signal.id, prompts=[(run.id, run.session, run.prompt) for run in runs], first_started_at=now
         )
-        await self.ledger.started(conn, signal, runs[:1], now)
+        await self.ledger.started(conn, signal, runs[:1], now, recorded)
         return _Claimed(signal, runs)
 
     async def _process(self, claimed: _Claimed) -> _Claimed | None:
@@ -383,11 +387,11 @@ class Worker:
         starts_recorded = bool(step.record) and step.start is step.record[0]
         if step.record:
             rows = [(run.id, run.session, run.prompt) for run in step.record]
-            await run_queries.record(
-                conn, signal_id=signal.id, prompts=rows, first_started_at=now if starts_recorded else None
-            )
-            if starts_recorded:
-                await self.ledger.started(conn, signal, [step.start], now)  # type: ignore[list-item]
+            if starts_recorded:  # recorded with the started one's ledger entry
+                recorded = run_queries.to_record(signal_id=signal.id, prompts=rows, first_started_at=now)
+                await self.ledger.started(conn, signal, [step.start], now, recorded)  # type: ignore[list-item]
+            else:
+                await run_queries.record(conn, signal_id=signal.id, prompts=rows)
         if step.ended is not None:
             ended, error = step.ended
             ran = await run_queries.finish(conn, id=ended.id, error=_storable(error), ended_at=now)

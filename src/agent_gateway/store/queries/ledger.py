@@ -20,6 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from agent_gateway.store import direct, engine
 from agent_gateway.store import window as windows
 from agent_gateway.store.engine import Store
+from agent_gateway.store.queries import runs as run_queries
 from agent_gateway.store.queries import tree
 from agent_gateway.store.tables import ledger_entries, runs
 
@@ -57,15 +58,19 @@ _POSTGRES_INSERT = direct.Query(sa.text(f"WITH nodes AS ({_POSTGRES_NODES}) {_PO
 # as this process predicts them (tree.Tree.predicted) are written only if the first number drawn
 # is :expected, that is if no other entry was committed since this process's last; the drawn
 # numbers are answered either way, and on a miss the caller writes as above.
-_POSTGRES_DRAW_INSERT = direct.Query(
-    sa.text(
-        f"WITH d AS MATERIALIZED (SELECT pg_advisory_xact_lock({_APPEND_LOCK_KEY}) AS locked, "
-        f"nextval('{POSTGRES_SEQUENCE}') AS n FROM generate_series(1, :count)), "
-        "hit AS (SELECT min(n) = CAST(:expected AS BIGINT) AS yes FROM d), "
-        f"nodes AS ({_POSTGRES_NODES} WHERE (SELECT yes FROM hit)), "
-        f"entries AS ({_POSTGRES_ENTRIES} WHERE (SELECT yes FROM hit)) "
-        "SELECT n FROM d"
-    )
+_DRAW_INSERT = (
+    f"d AS MATERIALIZED (SELECT pg_advisory_xact_lock({_APPEND_LOCK_KEY}) AS locked, "
+    f"nextval('{POSTGRES_SEQUENCE}') AS n FROM generate_series(1, :count)), "
+    "hit AS (SELECT min(n) = CAST(:expected AS BIGINT) AS yes FROM d), "
+    f"nodes AS ({_POSTGRES_NODES} WHERE (SELECT yes FROM hit)), "
+    f"entries AS ({_POSTGRES_ENTRIES} WHERE (SELECT yes FROM hit)) "
+    "SELECT n FROM d"
+)
+_POSTGRES_DRAW_INSERT = direct.Query(sa.text(f"WITH {_DRAW_INSERT}"))
+# The same, writing the Runs whose entries these are as well, hit or miss (a Run's start: its
+# Runs are recorded and its entry appended in one round trip).
+_POSTGRES_RECORD_DRAW_INSERT = direct.Query(
+    sa.text(f"WITH recorded AS ({run_queries.POSTGRES_INSERT}), {_DRAW_INSERT}")
 )
 _INSERT = direct.Query(
     ledger_entries.insert()
@@ -101,14 +106,18 @@ class New:
     run_id: str | None = None
 
 
-async def append(conn: AsyncConnection, new: Sequence[New]) -> list[int]:
+async def append(conn: AsyncConnection, new: Sequence[New], record: Sequence[run_queries.Run] = ()) -> list[int]:
     """Append ``new`` entries in the caller's writing transaction, with the tree's nodes they
     complete; their numbers. Holds the ledger's lock (PostgreSQL) until the transaction ends, and
-    wakes :data:`CHANNEL` once it commits when a loop watches the ledger."""
+    wakes :data:`CHANNEL` once it commits when a loop watches the ledger.
+
+    ``record``: Runs to write first (``run_queries.to_record``), on PostgreSQL usually in the same
+    statement."""
     if engine.watched(conn, CHANNEL):
         engine.notify(conn, CHANNEL)
     if conn.dialect.name == "postgresql":
-        return await _append_postgres(conn, new)
+        return await _append_postgres(conn, new, record)
+    await run_queries.insert(conn, record)
     [(first,)] = await direct.run(conn, _SQLITE_NEXT)
     draws = list(range(int(first), int(first) + len(new)))
     growth = await TREE.growth(conn, draws, [entry.leaf for entry in new])
@@ -124,22 +133,27 @@ async def append(conn: AsyncConnection, new: Sequence[New]) -> list[int]:
     return seqs
 
 
-async def _append_postgres(conn: AsyncConnection, new: Sequence[New]) -> list[int]:
-    """:func:`append` on PostgreSQL: the draw, the entries and the nodes in one statement when
-    this process's prediction holds, else the draw, then the frontier read and the write."""
+async def _append_postgres(conn: AsyncConnection, new: Sequence[New], record: Sequence[run_queries.Run]) -> list[int]:
+    """:func:`append` on PostgreSQL: the Runs recorded, the draw, the entries and the nodes in one
+    statement when this process's prediction holds, else the Runs, then the draw, then the
+    frontier read and the write."""
     leaves = [entry.leaf for entry in new]
     predicted = TREE.predicted(conn, leaves)
     if predicted is not None:
         seqs = _seqs(predicted.growth, new)
+        query, runs = (
+            (_POSTGRES_RECORD_DRAW_INSERT, run_queries.postgres_columns(record)) if record else (_POSTGRES_DRAW_INSERT, {})
+        )
         rows = await direct.run(
-            conn, _POSTGRES_DRAW_INSERT, count=len(new), expected=predicted.first_number,
-            **_postgres_columns(predicted.growth, seqs, new),
+            conn, query, count=len(new), expected=predicted.first_number,
+            **_postgres_columns(predicted.growth, seqs, new), **runs,
         )
         draws = sorted(number for (number,) in rows)
         if draws[0] == predicted.first_number:
             TREE.committing(conn, predicted.after)
             return seqs
     else:
+        await run_queries.insert(conn, record)
         draws = sorted(number for _, number in await direct.run(conn, _POSTGRES_DRAW, count=len(new)))
     growth = await TREE.growth(conn, draws, leaves)
     seqs = _seqs(growth, new)

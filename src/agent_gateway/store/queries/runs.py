@@ -71,22 +71,55 @@ async def record(
     instead: the same state a :func:`start` right after would give it, for one
     statement less in the transaction that hands it to the agent.
     """
+    recorded = to_record(signal_id=signal_id, prompts=prompts, first_started_at=first_started_at)
+    await insert(conn, recorded)
+    return recorded
+
+
+def to_record(
+    *, signal_id: str, prompts: Iterable[tuple[str, str, str]], first_started_at: str | None = None
+) -> list[Run]:
+    """The Runs :func:`record` would record, not yet written: :func:`insert` writes them, or, on
+    PostgreSQL, the Run ledger's statement with their first's entry (``store.queries.ledger``)."""
     recorded = [Run(id, signal_id, session, prompt, PENDING, None, None, None) for id, session, prompt in prompts]
     if recorded and first_started_at is not None:
         recorded[0] = dataclasses.replace(recorded[0], state=RUNNING, started_at=first_started_at)
+    return recorded
+
+
+async def insert(conn: AsyncConnection, recorded: Sequence[Run]) -> None:
+    """Write Runs made by :func:`to_record`."""
     if recorded:
         await direct.run_many(
             conn,
             _INSERT,
             [
                 {
-                    "id": run.id, "signal_id": signal_id, "session": run.session, "prompt": run.prompt,
+                    "id": run.id, "signal_id": run.signal_id, "session": run.session, "prompt": run.prompt,
                     "state": run.state, "started_at": run.started_at,
                 }
                 for run in recorded
             ],
         )
-    return recorded
+
+
+# :func:`insert` as a data-modifying CTE of another PostgreSQL statement (its parameters from
+# :func:`postgres_columns`): the Runs a Signal Worker records as it starts the first go in with
+# that Run's ledger entry, one round trip less per Run start.
+POSTGRES_INSERT = (
+    "INSERT INTO runs (id, signal_id, session, prompt, state, started_at) "
+    "SELECT * FROM unnest(CAST(:record_ids AS varchar[]), CAST(:record_signal_ids AS varchar[]), "
+    "CAST(:record_sessions AS text[]), CAST(:record_prompts AS text[]), CAST(:record_states AS varchar[]), "
+    "CAST(:record_started_at AS varchar[]))"
+)
+
+
+def postgres_columns(recorded: Sequence[Run]) -> dict[str, list[str | None]]:
+    return {
+        "record_ids": [run.id for run in recorded], "record_signal_ids": [run.signal_id for run in recorded],
+        "record_sessions": [run.session for run in recorded], "record_prompts": [run.prompt for run in recorded],
+        "record_states": [run.state for run in recorded], "record_started_at": [run.started_at for run in recorded],
+    }
 
 
 async def get(conn: AsyncConnection, *, id: str) -> Run | None:

@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agent_gateway import jsontext, records
-from agent_gateway.store import direct
+from agent_gateway.store import direct, engine
 from agent_gateway.store.engine import Store
 from agent_gateway.store.queries import runs as run_queries
 from agent_gateway.store.tables import signals
@@ -128,9 +128,41 @@ async def insert(conn: AsyncConnection, *, id: str, kind: str, payload: Any, emi
     await insert_many(conn, [(id, kind, payload, emitted_at)], origin=origin)
 
 
-async def insert_many(conn: AsyncConnection, pending: Sequence[tuple[str, str, Any, str]], *, origin: str = OPERATOR) -> None:
+def _carried_arrays(rows: list[tuple[str, str, str, str, str]]) -> dict[str, list[str]]:
+    ids, kinds, payloads, emitted_at, origins = (list(column) for column in zip(*rows, strict=True))
+    return {
+        "signal_ids": ids, "signal_kinds": kinds, "signal_payloads": payloads, "signal_emitted_at": emitted_at,
+        "signal_origins": origins,
+    }
+
+
+# Pending Signals as a data-modifying WITH clause of the statement that sends a transaction's
+# NOTIFY (engine.carry), with their parameters from _carried_arrays.
+_CARRIED = engine.Carried(
+    "new_signals AS (INSERT INTO signals (id, kind, payload, emitted_at, state, origin) "
+    f"SELECT id, kind, payload, emitted_at, '{PENDING}', origin FROM unnest(CAST(:signal_ids AS varchar[]), "
+    "CAST(:signal_kinds AS text[]), CAST(:signal_payloads AS text[]), CAST(:signal_emitted_at AS varchar[]), "
+    "CAST(:signal_origins AS varchar[])) AS r(id, kind, payload, emitted_at, origin))",
+    _carried_arrays,
+)
+
+
+async def insert_many(
+    conn: AsyncConnection, pending: Sequence[tuple[str, str, Any, str]], *, origin: str = OPERATOR,
+    wake: str | None = None, late: bool = False,
+) -> None:
     """Record pending Signals, each ``(id, kind, payload, emitted_at)``, emitted by ``origin``, in
-    order, with one statement."""
+    order, with one statement; and wake the channel ``wake`` once the transaction commits.
+
+    ``late`` (with ``wake``): on PostgreSQL the statement that sends the transaction's NOTIFY, its
+    last, writes them (a round trip less), so the transaction itself never sees them: for an
+    emitter that reads none of them back (the Signal Worker claims them once committed).
+    """
+    if late and wake is not None and pending and engine.carry(
+        conn, _CARRIED, [(id, kind, jsontext.dumps(payload).decode(), at, origin) for id, kind, payload, at in pending],
+        wake,
+    ):
+        return
     rows = [
         {
             "id": id, "kind": kind, "payload": payload, "emitted_at": emitted_at, "state": PENDING, "error": None,
@@ -139,6 +171,8 @@ async def insert_many(conn: AsyncConnection, pending: Sequence[tuple[str, str, A
         for id, kind, payload, emitted_at in pending
     ]
     await conn.execute(_INSERT, rows)
+    if wake is not None:
+        engine.notify(conn, wake)
 
 
 async def get(conn: AsyncConnection, *, id: str) -> Signal | None:
