@@ -96,7 +96,8 @@ def database(settings: config.Settings) -> Finding:
 async def _schema(url: str) -> migrate.Schema:
     store = Store(url)
     try:
-        return await asyncio.wait_for(migrate.schema(store.engine), DATABASE_TIMEOUT_S)
+        async with asyncio.timeout(DATABASE_TIMEOUT_S):
+            return await migrate.schema(store.engine)
     finally:
         await store.close()
 

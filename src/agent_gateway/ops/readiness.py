@@ -36,8 +36,9 @@ async def _database(gateway: GatewayView) -> str:
 
 async def _bounded(check: Callable[[], Awaitable[str]]) -> str:
     try:
-        return await asyncio.wait_for(check(), CHECK_TIMEOUT_S)
-    except asyncio.TimeoutError:
+        async with asyncio.timeout(CHECK_TIMEOUT_S):
+            return await check()
+    except TimeoutError:
         return f"no answer within {CHECK_TIMEOUT_S:g}s"
     except Exception as exc:  # the database refused or is gone: say which, never a 500
         return f"unavailable: {type(exc).__name__}"

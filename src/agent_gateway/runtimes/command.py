@@ -70,8 +70,9 @@ class CommandRuntime(processes.Program):
         try:
             status = await process.wait()
             await feeding
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(asyncio.shield(reading), STDERR_DRAIN_S)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(STDERR_DRAIN_S):
+                    await asyncio.shield(reading)
         except asyncio.CancelledError:
             await asyncio.shield(processes.terminate(process))
             raise

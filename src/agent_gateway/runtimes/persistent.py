@@ -239,8 +239,9 @@ class _Agent:
         while self.process.returncode is None:  # set at the exit, before every pipe has closed
             await asyncio.sleep(EXIT_POLL_S)
         status = self.process.returncode
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(asyncio.shield(self._reading), STDERR_DRAIN_S)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(STDERR_DRAIN_S):
+                await asyncio.shield(self._reading)
         self._reading.cancel()
         return processes.exit_failure(status, self.stderr, confined=self.confined)
 

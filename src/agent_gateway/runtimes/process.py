@@ -190,8 +190,9 @@ async def terminate(process: asyncio.subprocess.Process) -> None:
     for signum in (signal.SIGTERM, signal.SIGKILL):
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(process.pid, signum)
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(process.wait(), TERMINATE_GRACE_S)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(TERMINATE_GRACE_S):
+                await process.wait()
             return
 
 

@@ -63,7 +63,8 @@ class EgressProxy:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HEAD_TIMEOUT_S)
+            async with asyncio.timeout(HEAD_TIMEOUT_S):
+                head = await reader.readuntil(b"\r\n\r\n")
             method, target, version, headers = _parse(head)
             host, port = _destination(method, target)
             upstream = await self._connect(host, port)
@@ -72,7 +73,7 @@ class EgressProxy:
             metrics.egress_refused.inc()
             await _answer(writer, b"403 Forbidden", str(refused))
             return
-        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, asyncio.TimeoutError, ValueError, OSError):
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, ValueError, OSError):
             await _answer(writer, b"400 Bad Request", "not an HTTP proxy request")
             return
         if method == b"CONNECT":
@@ -95,8 +96,9 @@ class EgressProxy:
             if not is_public(address) and (address.lower(), port) not in self.allowed:
                 raise EgressRefused(f"{host} resolves to the non-public address {address}, which is not listed itself")
         try:
-            return await asyncio.wait_for(asyncio.open_connection(addresses[0], port), CONNECT_TIMEOUT_S)
-        except (OSError, asyncio.TimeoutError):
+            async with asyncio.timeout(CONNECT_TIMEOUT_S):
+                return await asyncio.open_connection(addresses[0], port)
+        except (OSError, TimeoutError):
             raise EgressRefused(f"{host}:{port} does not answer") from None
 
 

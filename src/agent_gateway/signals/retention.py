@@ -18,6 +18,7 @@ is the age of each (``gateway.py``), and nothing here is specific to one of them
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Mapping
@@ -154,10 +155,9 @@ class Pruner:
     async def _run(self) -> None:
         while not self._stop.is_set():
             await self.prune_once()
-            try:
-                await asyncio.wait_for(self._stop.wait(), PRUNE_INTERVAL_S)
-            except asyncio.TimeoutError:
-                pass
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(PRUNE_INTERVAL_S):
+                    await self._stop.wait()
 
     async def prune_once(self) -> None:
         """One pass: the Signals, then each outbox with an age; logs what went."""

@@ -96,7 +96,8 @@ async def _work_while_leading(conn: asyncpg.Connection, work: Callable[[], Await
                 task.result()
                 return True
             try:
-                await asyncio.wait_for(conn.execute("SELECT 1"), check_s)
+                async with asyncio.timeout(check_s):
+                    await conn.execute("SELECT 1")
             except _LOST:
                 return False
     finally:

@@ -18,6 +18,7 @@ default registry, or the multi-process directory).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -84,7 +85,6 @@ async def _wait(stop: asyncio.Event | None, seconds: float) -> None:
     if stop is None:
         await asyncio.sleep(seconds)
         return
-    try:
-        await asyncio.wait_for(stop.wait(), seconds)
-    except asyncio.TimeoutError:
-        pass
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(seconds):
+            await stop.wait()

@@ -48,8 +48,9 @@ class WokenLoop(abc.ABC):
         self._wake.wake()
         if self._task is not None:
             try:
-                await asyncio.wait_for(self._task, STOP_TIMEOUT_S)
-            except asyncio.TimeoutError:
+                async with asyncio.timeout(STOP_TIMEOUT_S):
+                    await self._task
+            except TimeoutError:
                 logger.warning("%s did not stop in %ss; cancelled", self.name, STOP_TIMEOUT_S)
         self.store.unsubscribe(self._channel, self._wake)
 
