@@ -80,15 +80,17 @@ async def test_not_ready_when_the_database_does_not_answer(settings: config.Sett
         await gateway.store.close()
 
 
-async def test_not_ready_when_the_postgresql_database_is_dropped(settings: config.Settings, postgresql_url: str) -> None:
-    gateway = Gateway(dataclasses.replace(settings, database_url=postgresql_url))
+# PostgreSQL's alone: an SQLite file cannot be dropped from under its process.
+@pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
+async def test_not_ready_when_the_postgresql_database_is_dropped(settings: config.Settings) -> None:
+    gateway = Gateway(settings)
     await gateway.start()
     try:
         assert gateway.ops_app is not None
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=gateway.ops_app), base_url="http://ops") as ops:
             ready = await until_ready(ops)
             assert ready.status_code == 200, ready.text
-            await drop(postgresql_url)
+            await drop(settings.database_url)
             response = await readyz(ops)
             assert response.status_code == 503 and response.json()["checks"]["database"].startswith("unavailable: ")
     finally:
