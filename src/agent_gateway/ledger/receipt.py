@@ -35,6 +35,7 @@ from agent_gateway.store.queries import messages as message_queries
 from agent_gateway.store.queries import signals as signal_queries
 from agent_gateway.store.queries.signals import Signal
 from agent_gateway.transparency import note
+from agent_gateway.transparency import routes as transparency_routes
 from agent_gateway.transparency import service as transparency
 
 # The payload member the receipt leaves out: the User's own words.
@@ -44,15 +45,32 @@ TEXT = "text"
 SIGNAL_WITHIN = timedelta(hours=1)
 
 
-class ProvedEntry(BaseModel):
+class EntryOut(BaseModel):
+    """One ledger entry on the wire: ``GET /ledger/entries`` lists them, and a receipt's proved
+    entries (:class:`ProvedEntry`) are these with their proof."""
+
     model_config = ConfigDict(strict=True, extra="forbid")
 
     seq: int = Field(description="the entry's number, from 1 without gaps")
     index: int = Field(description="its leaf's index in the ledger's Merkle tree: seq - 1")
     kind: str = Field(description="instructions or run")
     leaf: str = Field(description="the entry's leaf, exactly: its UTF-8 bytes are the RFC 8785 canonical JSON of the entry")
-    treeSize: int = Field(description="the size of the checkpoint's tree, which the proof leads to")
-    hashes: list[str] = Field(description="the RFC 9162 inclusion proof of the leaf in the checkpoint's tree, base64")
+
+
+class ProvedEntry(EntryOut):
+    treeSize: int = Field(description="the size of the tree the proof leads to: the checkpoint's")
+    hashes: list[str] = Field(description="the RFC 9162 inclusion proof of the leaf in that tree, base64")
+
+
+def entry_out(entry: queries.Entry) -> dict[str, Any]:
+    """``entry`` as :class:`EntryOut` has it."""
+    return {"seq": entry.seq, "index": entry.seq - 1, "kind": entry.kind, "leaf": entry.leaf.decode()}
+
+
+async def proved(store: Store, entry: queries.Entry, size: int | None) -> dict[str, Any]:
+    """``entry`` with its inclusion proof in the tree of ``size`` entries (None: the current tree)."""
+    proof = await transparency.inclusion(store, entry.seq, size, service.LOG)
+    return {**entry_out(entry), "treeSize": proof.tree_size, "hashes": transparency_routes.b64(proof.hashes)}
 
 
 class SignalRef(BaseModel):
@@ -106,16 +124,8 @@ async def build(store: Store, checkpoints: transparency.Checkpoints, user_id: st
         "message": {name: value for name, value in signal.payload.items() if name != TEXT},
         "signal": {"id": signal.id, "kind": signal.kind, "emittedAt": signal.emitted_at},
         "checkpoint": signed.decode(),
-        "runs": [await _proved(store, entry, size) for entry in runs],
-        "instructions": [await _proved(store, await service.get(store, number), size) for number in told],
-    }
-
-
-async def _proved(store: Store, entry: queries.Entry, size: int) -> dict[str, Any]:
-    proof = await transparency.inclusion(store, entry.seq, size, service.LOG)
-    return {
-        "seq": entry.seq, "index": proof.index, "kind": entry.kind, "leaf": entry.leaf.decode(),
-        "treeSize": proof.tree_size, "hashes": [base64.b64encode(hash_).decode() for hash_ in proof.hashes],
+        "runs": [await proved(store, entry, size) for entry in runs],
+        "instructions": [await proved(store, await service.get(store, number), size) for number in told],
     }
 
 

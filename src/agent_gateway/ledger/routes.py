@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import Depends, Request
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 from starlette.responses import Response
 
 from agent_gateway import jsontext
@@ -16,28 +16,14 @@ from agent_gateway.http import params
 from agent_gateway.http.app import router as new_router
 from agent_gateway.http.routing import error_responses, json_response
 from agent_gateway.ledger import service
-from agent_gateway.store.queries.ledger import Entry
+from agent_gateway.ledger.receipt import EntryOut, ProvedEntry, entry_out, proved
 from agent_gateway.store.window import Window
 from agent_gateway.transparency import routes as transparency_routes
 from agent_gateway.transparency import service as transparency
 
-_LEAF = "the entry's leaf, exactly: its UTF-8 bytes are the RFC 8785 canonical JSON of the entry"
-
-
-class EntryOut(BaseModel):
-    seq: int = Field(description="the entry's number, from 1 without gaps")
-    index: int = Field(description="its leaf's index in the ledger's Merkle tree: seq - 1")
-    kind: str = Field(description="instructions or run")
-    leaf: str = Field(description=_LEAF)
-
 
 class EntryList(BaseModel):
     entries: list[EntryOut]
-
-
-class EntryProofOut(EntryOut):
-    treeSize: int
-    hashes: list[str] = Field(description="the RFC 9162 inclusion proof of the leaf in the current tree, base64")
 
 
 agent = new_router()
@@ -57,12 +43,8 @@ _CONSISTENCY = {200: {"model": transparency_routes.ConsistencyOut}}
 _CONSISTENCY_SUMMARY = "The consistency proof between two sizes of the Run ledger's tree"
 _LIST = {200: {"model": EntryList}}
 _LIST_SUMMARY = "Read a window of the Run ledger, ascending by seq"
-_ONE = {200: {"model": EntryProofOut}, **error_responses(404)}
+_ONE = {200: {"model": ProvedEntry}, **error_responses(404)}
 _ONE_SUMMARY = "Read one entry of the Run ledger, with its inclusion proof"
-
-
-def _entry(entry: Entry) -> dict[str, Any]:
-    return {"seq": entry.seq, "index": entry.seq - 1, "kind": entry.kind, "leaf": entry.leaf.decode()}
 
 
 async def _checkpoint(request: Request) -> Response:
@@ -84,15 +66,13 @@ async def _consistency(request: Request, from_: str | None, to: str | None) -> A
 
 async def _read(request: Request, window: Window) -> Any:
     entries = await service.read(request.app.state.store, window)
-    return Response(jsontext.dumps({"entries": [_entry(e) for e in entries]}), media_type="application/json")
+    return Response(jsontext.dumps({"entries": [entry_out(e) for e in entries]}), media_type="application/json")
 
 
 async def _get(request: Request, seq: str) -> Any:
     number = params.seq_path(seq)
     store = request.app.state.store
-    entry = await service.get(store, number)
-    proof = await transparency.inclusion(store, number, None, service.LOG)
-    return json_response({**_entry(entry), "treeSize": proof.tree_size, "hashes": transparency_routes.b64(proof.hashes)})
+    return json_response(await proved(store, await service.get(store, number), None))
 
 
 @agent.get("/ledger/checkpoint", response_class=Response, responses=_CHECKPOINT, summary=_CHECKPOINT_SUMMARY)
