@@ -227,4 +227,4 @@ def test_the_tool_table_is_the_issue_s() -> None:
         name: required | optional for name, (required, optional) in TABLE.items()
     }
     assert set(tools.available(schedules=False)) == set(TABLE) - tools.SCHEDULE_TOOLS
-    json.dumps([tool.definition().model_dump(by_alias=True) for tool in tools.TOOLS])
+    json.dumps([tool.definition.model_dump(by_alias=True) for tool in tools.TOOLS])

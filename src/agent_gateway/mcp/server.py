@@ -34,7 +34,7 @@ INSTRUCTIONS = (
 
 def build(send: Sender, available: Mapping[str, tool_table.Tool]) -> Server[Any]:
     """An MCP server whose tools (``available``) call the Agent server's routes with ``send``."""
-    definitions = {name: tool.definition() for name, tool in available.items()}
+    definitions = {name: tool.definition for name, tool in available.items()}
     listed = types.ListToolsResult(tools=list(definitions.values()))
 
     def input_schema(name: str) -> Mapping[str, Any] | None:
