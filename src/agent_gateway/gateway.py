@@ -313,6 +313,15 @@ class Gateway:
             for name, collector in self.collectors.items()
         ]
 
+    async def stop_worker(self) -> None:
+        """Stop this process's Signal Worker: the Run in progress ends first; a standby (or a new
+        leader still waiting to start) stops at once."""
+        if self.worker is not None and self._worker_task is not None:
+            self.worker.stop()
+            if not self.worker.active:
+                self._worker_task.cancel()
+            await asyncio.gather(self._worker_task, return_exceptions=True)
+
     async def stop(self) -> None:
         for collector, task in zip(self.collectors.values(), self._collector_tasks):
             collector.stop()
@@ -334,9 +343,5 @@ class Gateway:
             await self.deliverer.stop()
         for runner in self.channels:
             await runner.stop()
-        if self.worker is not None and self._worker_task is not None:
-            self.worker.stop()
-            if not self.worker.active:
-                self._worker_task.cancel()  # a standby waiting for leadership
-            await asyncio.gather(self._worker_task, return_exceptions=True)
+        await self.stop_worker()
         await self.store.close()

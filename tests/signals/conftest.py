@@ -153,7 +153,6 @@ async def make_gateway(settings: config.Settings) -> AsyncIterator[GatewayFactor
 @pytest.fixture
 async def idle_gateway(gateway: Gateway) -> Gateway:
     """The gateway with its worker stopped, so the records written in a test stay as written."""
-    assert gateway.worker is not None and gateway._worker_task is not None
-    gateway.worker.stop()
-    await gateway._worker_task
+    assert gateway.worker is not None
+    await gateway.stop_worker()
     return gateway
