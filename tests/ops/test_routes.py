@@ -14,7 +14,7 @@ from agent_gateway import config
 from agent_gateway.gateway import Gateway
 from agent_gateway.signals import service as signals
 from agent_gateway.users import service as users
-from tests.ops.conftest import drop, readyz, samples, scrape, until_ready, value
+from tests.ops.conftest import close_to_connections, readyz, samples, scrape, until_ready, value
 from tests.served import free_port
 
 
@@ -80,9 +80,10 @@ async def test_not_ready_when_the_database_does_not_answer(settings: config.Sett
         await gateway.store.close()
 
 
-# PostgreSQL's alone: an SQLite file cannot be dropped from under its process.
+# PostgreSQL's alone: an SQLite file cannot be closed to its process (tests/ops/test_served.py drops a
+# served gateway's database).
 @pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
-async def test_not_ready_when_the_postgresql_database_is_dropped(settings: config.Settings) -> None:
+async def test_not_ready_when_the_postgresql_database_is_closed_to_connections(settings: config.Settings) -> None:
     gateway = Gateway(settings)
     await gateway.start()
     try:
@@ -90,7 +91,7 @@ async def test_not_ready_when_the_postgresql_database_is_dropped(settings: confi
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=gateway.ops_app), base_url="http://ops") as ops:
             ready = await until_ready(ops)
             assert ready.status_code == 200, ready.text
-            await drop(settings.database_url)
+            await close_to_connections(settings.database_url)
             response = await readyz(ops)
             assert response.status_code == 503 and response.json()["checks"]["database"].startswith("unavailable: ")
     finally:
