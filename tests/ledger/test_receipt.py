@@ -171,9 +171,7 @@ async def test_before_its_run_starts_a_receipt_has_no_run(
     make_gateway: GatewayFactory, tmp_path: Path
 ) -> None:
     gateway = await make_gateway(Recording(), handlers=HANDLERS)
-    assert gateway.worker is not None and gateway._worker_task is not None
-    gateway.worker.stop()
-    await gateway._worker_task
+    await gateway.stop_worker()
     transport = httpx.ASGITransport(app=gateway.public_asgi)
     async with httpx.AsyncClient(transport=transport, base_url="http://public") as public:
         alice = await user(gateway)

@@ -39,9 +39,7 @@ async def test_the_cross_cutting_rules_hold(ops: httpx.AsyncClient, path: str) -
 
 
 async def test_not_ready_when_the_signal_worker_stopped(gateway: Gateway, ops: httpx.AsyncClient) -> None:
-    assert gateway.worker is not None and gateway._worker_task is not None
-    gateway.worker.stop()
-    await gateway._worker_task
+    await gateway.stop_worker()
     response = await readyz(ops)
     assert response.status_code == 503
     body = response.json()

@@ -81,13 +81,6 @@ async def emit(store: Store, kind: str, payload: Any) -> str:
         return await service.emit(conn, kind, payload)
 
 
-async def stop_worker(gateway: Gateway) -> None:
-    """Stop only the Signal Worker, leaving the store open to read what it recorded."""
-    assert gateway.worker is not None and gateway._worker_task is not None
-    gateway.worker.stop()
-    await gateway._worker_task
-
-
 async def signal_of(store: Store, signal_id: str) -> Signal:
     async with store.read() as conn:
         return await service.get_signal(conn, signal_id)

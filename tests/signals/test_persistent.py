@@ -76,9 +76,7 @@ async def test_stopping_the_gateway_mid_run_fails_the_run_and_stops_the_agent(
     stuck = await emit(gateway.store, "task", {"what": "hang"})
     await until(lambda: len(agent.calls()) == 1)
     [pid] = agent.pids()  # while it lives: a confined program's pid is known to the host only then
-    assert gateway.worker is not None and gateway._worker_task is not None
-    gateway.worker.stop()
-    await gateway._worker_task
+    await gateway.stop_worker()
     assert not alive(pid)
     [run] = await runs_of(gateway.store, stuck)
     assert run.state == "failed"

@@ -22,7 +22,6 @@ from tests.signals.conftest import (
     finished,
     runs_of,
     signal_of,
-    stop_worker,
     until,
 )
 
@@ -294,7 +293,7 @@ async def test_stopping_during_a_run_fails_that_run_and_its_signal(
     gateway = await make_gateway(register={"k": Fanout()}, runtime_command=agent_program.command("hang"))
     signal_id = await emit(gateway.store, "k", {"sessions": ["first", "second"]})
     await agent_program.wait_started()
-    await stop_worker(gateway)
+    await gateway.stop_worker()
 
     signal = await signal_of(gateway.store, signal_id)
     runs = await runs_of(gateway.store, signal_id)
