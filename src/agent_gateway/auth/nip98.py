@@ -8,7 +8,7 @@ cryptography here), its ``u`` tag is the
 request's absolute URL, its ``method`` tag the request's method, its
 ``created_at`` within :data:`WINDOW` of now either way, its ``payload`` tag
 the SHA-256 hex digest of a body's bytes, and its id was not accepted before
-(a table, so across every process of the deployment).
+(a table, so across every process of the deployment; one statement per batch of requests).
 Anything else is the spec's one 401 (the scheme answers None); a request
 without a ``Nostr`` header is not this scheme's, so the next one is asked.
 """
@@ -21,9 +21,11 @@ import dataclasses
 import functools
 import hashlib
 import time
+from collections.abc import Sequence
 
 import orjson
 from coincurve import PublicKeyXOnly
+from sqlalchemy.ext.asyncio import AsyncConnection
 from starlette.requests import Request
 
 from agent_gateway.auth.schemes import Authenticated
@@ -36,8 +38,11 @@ KIND = 27235
 # How far created_at may be from now, either way (NIP-98 suggests 60 s); also how long an accepted id
 # is remembered, since an event older than this is refused on its created_at alone.
 WINDOW = 60
-# Accepted ids remembered per transaction at most.
+# Accepted ids remembered per statement at most.
 SPEND_BATCH = 64
+# Expired ids are forgotten at most this often (seconds) by each process: a statement of its own,
+# whose cost is then shared by every id remembered meanwhile.
+PURGE_INTERVAL = 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,9 +116,18 @@ class NostrScheme:
 
     def __init__(self, store: Store, *, public_base_url: str | None = None) -> None:
         self._store = store
-        # Concurrent requests' ids are remembered together, a transaction per batch (group commit).
-        self._replays: Batcher[tuple[str, int, int], bool] = Batcher(store, queries.remember, limit=SPEND_BATCH)
+        # Concurrent requests' ids are remembered together, one statement per batch, and with no
+        # transaction around it (the primary key decides, statement by statement).
+        self._replays: Batcher[tuple[str, int], bool] = Batcher(store, self._remember, limit=SPEND_BATCH, alone=True)
+        self._purged_at = 0
         self._public_base_url = None if public_base_url is None else public_base_url.rstrip("/")
+
+    async def _remember(self, conn: AsyncConnection, accepted: Sequence[tuple[str, int]]) -> list[bool]:
+        now = int(time.time())
+        if now >= self._purged_at + PURGE_INTERVAL:
+            self._purged_at = now
+            await queries.purge(conn, now=now)
+        return await queries.remember(conn, accepted)
 
     def _url(self, request: Request) -> str:
         if self._public_base_url is None:
@@ -135,7 +149,7 @@ class NostrScheme:
         user = await queries.user_of(self._store, f"nostr:{pubkey}")
         # The id is spent only by a request that authenticates. An event is refused on its created_at
         # WINDOW after it, so remembering the id 2 * WINDOW from now is enough whatever its created_at.
-        if user is None or not await self._replays.submit((event_id, now, now + 2 * WINDOW)):
+        if user is None or not await self._replays.submit((event_id, now + 2 * WINDOW)):
             return None
 
         async def still_linked() -> bool:
