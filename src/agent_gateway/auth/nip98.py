@@ -35,9 +35,12 @@ from agent_gateway.store.engine import Store
 from agent_gateway.store.queries import nostr as queries
 
 KIND = 27235
-# How far created_at may be from now, either way (NIP-98 suggests 60 s); also how long an accepted id
-# is remembered, since an event older than this is refused on its created_at alone.
+# How far created_at may be from now, either way (NIP-98 suggests 60 s); an event older than this
+# is refused on its created_at alone, so its id need not be remembered longer.
 WINDOW = 60
+# How long after its created_at an accepted id is remembered: WINDOW, and as much again for the
+# clocks of the deployment's processes, any of which may forget it (purge) while another accepts.
+REMEMBERED = 2 * WINDOW
 # Accepted ids remembered per statement at most.
 SPEND_BATCH = 64
 # Expired ids are forgotten at most this often (seconds) by each process: a statement of its own,
@@ -54,8 +57,8 @@ class Claim:
     body: bytes
 
 
-def verified_pubkey(credentials: str, claim: Claim, *, now: int) -> tuple[str, str] | None:
-    """``(pubkey hex, event id hex)`` of a valid NIP-98 event for ``claim``, or None.
+def verified_pubkey(credentials: str, claim: Claim, *, now: int) -> tuple[str, str, int] | None:
+    """``(pubkey hex, event id hex, created_at)`` of a valid NIP-98 event for ``claim``, or None.
 
     Pure: the replay check is the caller's, on the id returned.
     """
@@ -100,7 +103,7 @@ def verified_pubkey(credentials: str, claim: Claim, *, now: int) -> tuple[str, s
     event_id = hashlib.sha256(orjson.dumps([0, author, created_at, KIND, listed, content])).digest()
     if claimed != event_id or len(signature) != 64 or not pubkey.verify(signature, event_id):
         return None
-    return author, event_id.hex()
+    return author, event_id.hex(), created_at
 
 
 @functools.lru_cache(maxsize=4096)
@@ -126,7 +129,7 @@ class NostrScheme:
         now = int(time.time())
         if now >= self._purged_at + PURGE_INTERVAL:
             self._purged_at = now
-            await queries.purge(conn, now=now)
+            await queries.purge(conn, before=now - REMEMBERED)
         return await queries.remember(conn, accepted)
 
     def _url(self, request: Request) -> str:
@@ -145,11 +148,10 @@ class NostrScheme:
         found = verified_pubkey(credentials.strip(" "), claim, now=now)
         if found is None:
             return None
-        pubkey, event_id = found
+        pubkey, event_id, created_at = found
         user = await queries.user_of(self._store, f"nostr:{pubkey}")
-        # The id is spent only by a request that authenticates. An event is refused on its created_at
-        # WINDOW after it, so remembering the id 2 * WINDOW from now is enough whatever its created_at.
-        if user is None or not await self._replays.submit((event_id, now + 2 * WINDOW)):
+        # The id is spent only by a request that authenticates.
+        if user is None or not await self._replays.submit((event_id, created_at)):
             return None
 
         async def still_linked() -> bool:
