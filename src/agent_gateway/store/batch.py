@@ -39,7 +39,7 @@ Write = Callable[[AsyncConnection, Sequence[Item]], Awaitable[Sequence["Result |
 
 
 class Batcher(Generic[Item, Result]):
-    """Runs ``write`` on batches of submitted items, one transaction per batch, one batch at a time."""
+    """Runs ``write`` on batches of submitted items, one transaction per batch (or none, ``alone``), one batch at a time."""
 
     def __init__(
         self, store: Store, write: Write[Item, Result], *, limit: int = BATCH_LIMIT, alone: bool = False
