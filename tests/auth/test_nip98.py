@@ -12,6 +12,7 @@ import hashlib
 import re
 import importlib.util
 import time
+import types
 
 import httpx
 import nostr_sdk
@@ -22,6 +23,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agent_gateway import clock, config
+from agent_gateway.auth import nip98
 from agent_gateway.auth.nip98 import WINDOW, Claim, NostrScheme, verified_pubkey
 from agent_gateway.auth.tokens import PasswordScheme
 from agent_gateway.channels import identities
@@ -146,7 +148,7 @@ def test_the_event_id_is_the_one_nostr_sdk_computes():
         event = builder.finalize(keys)
         credentials = base64.b64encode(event.as_json().encode()).decode()
         found = verified_pubkey(credentials, Claim(url, "GET", b""), now=now)
-        assert found == (keys.public_key().to_hex(), event.id().to_hex()), (content, extra)
+        assert found == (keys.public_key().to_hex(), event.id().to_hex(), now), (content, extra)
 
 
 @settings(max_examples=300, deadline=None)
@@ -158,7 +160,7 @@ def test_the_event_id_is_the_one_nostr_sdk_computes_on_any_text(content: str, va
     builder = builder.tags([nostr_sdk.Tag.parse(tag) for tag in tags]).custom_created_at(nostr_sdk.Timestamp.from_secs(now))
     event = builder.finalize(keys)
     credentials = base64.b64encode(event.as_json().encode()).decode()
-    assert verified_pubkey(credentials, Claim(url, "GET", b""), now=now) == (keys.public_key().to_hex(), event.id().to_hex())
+    assert verified_pubkey(credentials, Claim(url, "GET", b""), now=now) == (keys.public_key().to_hex(), event.id().to_hex(), now)
 
 
 async def test_a_body_needs_its_payload_digest(public: httpx.AsyncClient, gateway: Gateway,
@@ -180,34 +182,56 @@ async def test_a_replayed_event_is_refused(public: httpx.AsyncClient, gateway: G
 
 
 async def remember(gateway: Gateway, *accepted: tuple[str, int]) -> list[bool]:
-    async with gateway.store.transaction() as conn:
-        return await nostr_queries.remember(conn, [(event_id, now, now + 120) for event_id, now in accepted])
+    # As the scheme remembers them: one statement with no transaction around it.
+    async with gateway.store.alone() as conn:
+        return await nostr_queries.remember(conn, list(accepted))
 
 
-async def test_a_replayed_id_is_forgotten_only_after_its_expiry(gateway: Gateway):
+async def purge(gateway: Gateway, before: int) -> None:
+    async with gateway.store.alone() as conn:
+        await nostr_queries.purge(conn, before=before)
+
+
+async def remembered(gateway: Gateway) -> int:
+    async with gateway.store.read() as conn:
+        return (await conn.execute(sa.select(sa.func.count()).select_from(nostr_auth_events))).scalar_one()
+
+
+async def test_a_replayed_id_is_forgotten_only_by_a_purge_past_its_created_at(gateway: Gateway):
     assert await remember(gateway, ("a" * 64, 1000)) == [True]
-    assert await remember(gateway, ("a" * 64, 1120)) == [False]
-    # Past its expiry the next transaction removes it (the scheme refuses its event on created_at by then).
-    assert await remember(gateway, ("b" * 64, 1121)) == [True]
-    assert await remember(gateway, ("a" * 64, 1122)) == [True]
+    await purge(gateway, 1000)
+    assert await remember(gateway, ("a" * 64, 1000)) == [False]
+    # A purge past it removes it (the scheme refuses its event on created_at by then).
+    await purge(gateway, 1001)
+    assert await remember(gateway, ("a" * 64, 1000)) == [True]
 
 
 async def test_one_event_twice_in_one_batch_is_accepted_once(gateway: Gateway):
-    assert await remember(gateway, ("c" * 64, 1000), ("d" * 64, 1000), ("c" * 64, 1000)) == [True, True, False]
+    assert await remember(gateway, ("c" * 64, 1000), ("d" * 64, 1001), ("c" * 64, 1000)) == [True, True, False]
     assert await remember(gateway, ("d" * 64, 1001), ("e" * 64, 1001)) == [False, True]
 
 
-async def test_expired_ids_are_removed_a_batch_per_transaction(gateway: Gateway):
-    async def remembered() -> int:
-        async with gateway.store.read() as conn:
-            return (await conn.execute(sa.select(sa.func.count()).select_from(nostr_auth_events))).scalar_one()
+async def test_the_scheme_purges_expired_ids_at_most_once_a_second(public: httpx.AsyncClient, gateway: Gateway,
+                                                                    make_user: MakeUser, nostr: NostrScheme,
+                                                                    monkeypatch: pytest.MonkeyPatch):
+    _, keys = await linked(gateway, make_user)
+    now = int(time.time())
+    monkeypatch.setattr(nip98, "time", types.SimpleNamespace(time=lambda: now))
 
-    assert await remember(gateway, *((f"{number:064x}", 1000) for number in range(nostr_queries.PURGE_BATCH + 4)))
-    assert await remembered() == nostr_queries.PURGE_BATCH + 4
-    assert await remember(gateway, ("b" * 64, 2000)) == [True]
-    assert await remembered() == 5  # a batch gone, the new id in
-    assert await remember(gateway, ("c" * 64, 2000)) == [True]
-    assert await remembered() == 2
+    async def accepted(nonce: int) -> bool:
+        headers = header(keys, f"{BASE}/users/me", "GET", created_at=now, extra=[["nonce", str(nonce)]])
+        return (await public.get("/users/me", headers=headers)).status_code == 200
+
+    expired = now - nip98.REMEMBERED - 1
+    await remember(gateway, ("0" * 64, expired), ("f" * 64, expired + 1))
+    assert await accepted(1)
+    assert await remembered(gateway) == 2  # the expired id gone, the one still remembered kept, the new one in
+    await remember(gateway, ("1" * 64, expired))
+    assert await accepted(2)
+    assert await remembered(gateway) == 4  # the same second: no purge
+    now += nip98.PURGE_INTERVAL
+    assert await accepted(3)
+    assert await remembered(gateway) == 3  # two more expired (one just now), the new one in
 
 
 async def test_requests_at_once_with_one_event_are_accepted_once(public: httpx.AsyncClient, gateway: Gateway,

@@ -24,7 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from agent_gateway import clock, config, deployment
 from agent_gateway.gateway import Gateway
 from agent_gateway.signals import service as signals
-from agent_gateway.store import direct, engine, migrate, tables, wal
+from agent_gateway.store import direct, engine, migrate, sqlite, tables, wal
 from agent_gateway.store.engine import Store
 from tests import served
 
@@ -304,6 +304,48 @@ async def test_a_direct_statement_is_part_of_the_callers_transaction(store: Stor
     async with store.transaction() as conn:
         await insert_user_directly(conn, ids[1])
     assert await user_ids(store) == ids[1:]
+
+
+async def test_each_statement_alone_commits_by_itself(store: Store) -> None:
+    ids = [f"00000000-0000-4000-8000-00000000000{n}" for n in range(1, 4)]
+    with pytest.raises(Boom):
+        async with store.alone() as conn:
+            await insert_user_directly(conn, ids[0])
+            assert [row[0] for row in await store.fetch(_USER_IDS)] == ids[:1]  # committed at once
+            await insert_user_directly(conn, ids[1])
+            raise Boom  # no transaction to roll back
+    assert await user_ids(store) == ids[:2]
+    # A failed statement fails alone, and the connection serves the next one.
+    with pytest.raises(Exception) as failed:
+        async with store.alone() as conn:
+            await insert_user_directly(conn, ids[0])  # a duplicate id
+    assert not isinstance(failed.value, Boom)
+    async with store.alone() as conn:
+        await insert_user_directly(conn, ids[2])
+    async with store.transaction() as conn:  # and a transaction after them works as ever
+        await insert_user(conn, "00000000-0000-4000-8000-000000000009")
+    assert await user_ids(store) == [*ids, "00000000-0000-4000-8000-000000000009"]
+
+
+async def test_sqlite_statements_alone_that_wrote_are_reported_as_a_commit_is(tmp_path: Path) -> None:
+    committed: list[bool] = []
+    connection = await sqlite.connect(str(tmp_path / "alone.db"), committed=lambda: committed.append(True))
+    try:
+        connection.begin_alone()
+        cursor = connection.cursor()
+        await cursor.execute("CREATE TABLE t (x INTEGER)")
+        connection.end_alone()
+        committed.clear()
+        connection.begin_alone()
+        await cursor.execute("SELECT count(*) FROM t")
+        connection.end_alone()
+        assert committed == []  # nothing written, no checkpoint asked for
+        connection.begin_alone()
+        await cursor.execute("INSERT INTO t VALUES (1)")
+        connection.end_alone()
+        assert committed == [True]  # the WAL's checkpointer is woken, as by a commit
+    finally:
+        await connection.close()
 
 
 async def test_a_direct_read_of_an_in_memory_database_uses_its_one_connection() -> None:

@@ -8,7 +8,7 @@ cryptography here), its ``u`` tag is the
 request's absolute URL, its ``method`` tag the request's method, its
 ``created_at`` within :data:`WINDOW` of now either way, its ``payload`` tag
 the SHA-256 hex digest of a body's bytes, and its id was not accepted before
-(a table, so across every process of the deployment).
+(a table, so across every process of the deployment; one statement per batch of requests).
 Anything else is the spec's one 401 (the scheme answers None); a request
 without a ``Nostr`` header is not this scheme's, so the next one is asked.
 """
@@ -21,9 +21,11 @@ import dataclasses
 import functools
 import hashlib
 import time
+from collections.abc import Sequence
 
 import orjson
 from coincurve import PublicKeyXOnly
+from sqlalchemy.ext.asyncio import AsyncConnection
 from starlette.requests import Request
 
 from agent_gateway.auth.schemes import Authenticated
@@ -33,11 +35,17 @@ from agent_gateway.store.engine import Store
 from agent_gateway.store.queries import nostr as queries
 
 KIND = 27235
-# How far created_at may be from now, either way (NIP-98 suggests 60 s); also how long an accepted id
-# is remembered, since an event older than this is refused on its created_at alone.
+# How far created_at may be from now, either way (NIP-98 suggests 60 s); an event older than this
+# is refused on its created_at alone, so its id need not be remembered longer.
 WINDOW = 60
-# Accepted ids remembered per transaction at most.
+# How long after its created_at an accepted id is remembered: WINDOW, and as much again for the
+# clocks of the deployment's processes, any of which may forget it (purge) while another accepts.
+REMEMBERED = 2 * WINDOW
+# Accepted ids remembered per statement at most.
 SPEND_BATCH = 64
+# Expired ids are forgotten at most this often (seconds) by each process: a statement of its own,
+# whose cost is then shared by every id remembered meanwhile.
+PURGE_INTERVAL = 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,8 +57,8 @@ class Claim:
     body: bytes
 
 
-def verified_pubkey(credentials: str, claim: Claim, *, now: int) -> tuple[str, str] | None:
-    """``(pubkey hex, event id hex)`` of a valid NIP-98 event for ``claim``, or None.
+def verified_pubkey(credentials: str, claim: Claim, *, now: int) -> tuple[str, str, int] | None:
+    """``(pubkey hex, event id hex, created_at)`` of a valid NIP-98 event for ``claim``, or None.
 
     Pure: the replay check is the caller's, on the id returned.
     """
@@ -95,7 +103,7 @@ def verified_pubkey(credentials: str, claim: Claim, *, now: int) -> tuple[str, s
     event_id = hashlib.sha256(orjson.dumps([0, author, created_at, KIND, listed, content])).digest()
     if claimed != event_id or len(signature) != 64 or not pubkey.verify(signature, event_id):
         return None
-    return author, event_id.hex()
+    return author, event_id.hex(), created_at
 
 
 @functools.lru_cache(maxsize=4096)
@@ -111,9 +119,18 @@ class NostrScheme:
 
     def __init__(self, store: Store, *, public_base_url: str | None = None) -> None:
         self._store = store
-        # Concurrent requests' ids are remembered together, a transaction per batch (group commit).
-        self._replays: Batcher[tuple[str, int, int], bool] = Batcher(store, queries.remember, limit=SPEND_BATCH)
+        # Concurrent requests' ids are remembered together, one statement per batch, and with no
+        # transaction around it (the primary key decides, statement by statement).
+        self._replays: Batcher[tuple[str, int], bool] = Batcher(store, self._remember, limit=SPEND_BATCH, alone=True)
+        self._purged_at = 0
         self._public_base_url = None if public_base_url is None else public_base_url.rstrip("/")
+
+    async def _remember(self, conn: AsyncConnection, accepted: Sequence[tuple[str, int]]) -> list[bool]:
+        now = int(time.time())
+        if now >= self._purged_at + PURGE_INTERVAL:
+            self._purged_at = now
+            await queries.purge(conn, before=now - REMEMBERED)
+        return await queries.remember(conn, accepted)
 
     def _url(self, request: Request) -> str:
         if self._public_base_url is None:
@@ -131,11 +148,10 @@ class NostrScheme:
         found = verified_pubkey(credentials.strip(" "), claim, now=now)
         if found is None:
             return None
-        pubkey, event_id = found
+        pubkey, event_id, created_at = found
         user = await queries.user_of(self._store, f"nostr:{pubkey}")
-        # The id is spent only by a request that authenticates. An event is refused on its created_at
-        # WINDOW after it, so remembering the id 2 * WINDOW from now is enough whatever its created_at.
-        if user is None or not await self._replays.submit((event_id, now, now + 2 * WINDOW)):
+        # The id is spent only by a request that authenticates.
+        if user is None or not await self._replays.submit((event_id, created_at)):
             return None
 
         async def still_linked() -> bool:

@@ -39,11 +39,16 @@ Write = Callable[[AsyncConnection, Sequence[Item]], Awaitable[Sequence["Result |
 
 
 class Batcher(Generic[Item, Result]):
-    """Runs ``write`` on batches of submitted items, one transaction per batch, one batch at a time."""
+    """Runs ``write`` on batches of submitted items, one transaction per batch (or none, ``alone``), one batch at a time."""
 
-    def __init__(self, store: Store, write: Write[Item, Result], *, limit: int = BATCH_LIMIT) -> None:
+    def __init__(
+        self, store: Store, write: Write[Item, Result], *, limit: int = BATCH_LIMIT, alone: bool = False
+    ) -> None:
+        """``alone``: ``write``'s statements need no transaction around them, so each commits
+        by itself (:meth:`Store.alone`), without the transaction's fixed cost."""
         self._store = store
         self._write = write
+        self._connection = store.alone if alone else store.transaction
         self._limit = limit
         self._waiting: list[tuple[Item, asyncio.Future[Result]]] = []
         self._writer: asyncio.Task[None] | None = None
@@ -80,7 +85,7 @@ class Batcher(Generic[Item, Result]):
 
     async def _commit(self, batch: list[tuple[Item, asyncio.Future[Result]]]) -> None:
         try:
-            async with self._store.transaction() as conn:
+            async with self._connection() as conn:
                 results = await self._write(conn, [item for item, _ in batch])
         except Exception as exc:
             if len(batch) == 1 or database_unavailable(exc):  # no item's fault: each would wait for it again

@@ -94,6 +94,17 @@ class Connection:
 
     async def commit(self) -> None:
         await _unlocked(self._connection.commit, self._busy_timeout_s)
+        self._wrote()
+
+    def begin_alone(self) -> None:
+        """Statements follow with no transaction, each committing on its own; :meth:`end_alone` after them."""
+        self._changes = self._connection.total_changes
+
+    def end_alone(self) -> None:
+        """Those statements are done: as after a commit."""
+        self._wrote()
+
+    def _wrote(self) -> None:
         if self._committed is not None and self._connection.total_changes != self._changes:
             self._committed()
 

@@ -331,8 +331,11 @@ nostr_auth_events = sa.Table(
     "nostr_auth_events",
     metadata,
     # The ids of NIP-98 events accepted within the replay window (auth/nip98.py): one table, so
-    # every process of a deployment refuses an event another accepted.
+    # every process of a deployment refuses an event another accepted. An id covers its event's
+    # created_at (Unix seconds), so the pair is unique exactly when the id is; in this order new
+    # ids go to the end of the key (a page or two written per batch, not one per id) and the
+    # expired ones are a range at its start. No rowid on SQLite: the key is the only b-tree.
+    sa.Column("created_at", sa.BigInteger, primary_key=True),
     sa.Column("event_id", sa.String(64), primary_key=True),
-    # Unix seconds after which the id is forgotten (its event is refused on its created_at by then).
-    sa.Column("expires_at", sa.BigInteger, nullable=False, index=True),
+    sqlite_with_rowid=False,
 )

@@ -14,9 +14,6 @@ from agent_gateway.store.engine import Store
 from agent_gateway.store.queries.users import User
 from agent_gateway.store.tables import channel_identities, nostr_auth_events, users
 
-# Expired ids removed by one transaction at most: more than arrive in one, so the table stays small.
-PURGE_BATCH = 16
-
 # The User of a key: one statement straight on the driver, as a Token's User is.
 _USER_OF = direct.Query(
     sa.select(users.c.id, users.c.attributes, users.c.created_at)
@@ -24,26 +21,27 @@ _USER_OF = direct.Query(
     .where(channel_identities.c.identity == sa.bindparam("identity"))
 )
 
-# Expired ids go a batch at a time, skipping those another process is removing (removers at once
-# would otherwise queue behind each other's row locks on the same expired rows).
-_EXPIRED = sa.select(nostr_auth_events.c.event_id).where(nostr_auth_events.c.expires_at < sa.bindparam("now")).limit(PURGE_BATCH)
+# Expired ids, skipping those another process is removing (removers at once would otherwise
+# queue behind each other's row locks on the same expired rows, or deadlock).
+_EXPIRED = sa.select(nostr_auth_events.c.created_at, nostr_auth_events.c.event_id).where(
+    nostr_auth_events.c.created_at < sa.bindparam("before"))
 _PURGE = {
     "postgresql": direct.Query(nostr_auth_events.delete().where(
-        nostr_auth_events.c.event_id.in_(_EXPIRED.with_for_update(skip_locked=True)))),
-    "sqlite": direct.Query(nostr_auth_events.delete().where(nostr_auth_events.c.event_id.in_(_EXPIRED))),
+        sa.tuple_(nostr_auth_events.c.created_at, nostr_auth_events.c.event_id).in_(_EXPIRED.with_for_update(skip_locked=True)))),
+    "sqlite": direct.Query(nostr_auth_events.delete().where(nostr_auth_events.c.created_at < sa.bindparam("before"))),
 }
 # New ids, each remembered unless it is already: the ids returned are those written.
 _REMEMBER_POSTGRES = direct.Query(sa.text(
-    "INSERT INTO nostr_auth_events (event_id, expires_at) "
-    "SELECT * FROM unnest(CAST(:event_ids AS text[]), CAST(:expires_at AS bigint[])) "
-    "ON CONFLICT (event_id) DO NOTHING RETURNING event_id"
+    "INSERT INTO nostr_auth_events (created_at, event_id) "
+    "SELECT * FROM unnest(CAST(:created_at AS bigint[]), CAST(:event_ids AS text[])) "
+    "ON CONFLICT (created_at, event_id) DO NOTHING RETURNING event_id"
 ))
 
 
 @functools.lru_cache(maxsize=64)
 def _remember_sqlite(count: int) -> str:
     values = ", ".join(["(?, ?)"] * count)
-    return f"INSERT INTO nostr_auth_events (event_id, expires_at) VALUES {values} ON CONFLICT (event_id) DO NOTHING RETURNING event_id"
+    return f"INSERT INTO nostr_auth_events (created_at, event_id) VALUES {values} ON CONFLICT (created_at, event_id) DO NOTHING RETURNING event_id"
 
 
 async def user_of(store: Store, identity: str) -> User | None:
@@ -55,21 +53,25 @@ async def user_of(store: Store, identity: str) -> User | None:
     return User(user_id, jsontext.loads(attributes), created_at)
 
 
-async def remember(conn: AsyncConnection, accepted: Sequence[tuple[str, int, int]]) -> list[bool]:
-    """For each ``(event id, now, expires at)``, in order: True when the id was new, and is
-    remembered until its expiry; False when it is remembered already (or came earlier in
-    ``accepted``). Decided by the primary key, so two processes cannot both take one id."""
-    now = max(at for _, at, _ in accepted)
-    await direct.run(conn, _PURGE[conn.dialect.name], now=now)
-    new = {event_id: expires_at for event_id, _, expires_at in accepted}
-    ids, expiries = list(new), list(new.values())
+async def purge(conn: AsyncConnection, *, before: int) -> None:
+    """Forget the ids of events created before ``before`` (Unix seconds)."""
+    await direct.run(conn, _PURGE[conn.dialect.name], before=before)
+
+
+async def remember(conn: AsyncConnection, accepted: Sequence[tuple[str, int]]) -> list[bool]:
+    """For each ``(event id, its event's created_at)``, in order: True when the id was new, and
+    is remembered until a :func:`purge` past its created_at; False when it is remembered already
+    (or came earlier in ``accepted``). One statement, decided by the primary key, so two
+    processes cannot both take one id, in a transaction or alone (:meth:`Store.alone`)."""
+    new = dict(accepted)
+    ids, created = list(new), list(new.values())
     if conn.dialect.name == "postgresql":
-        rows = await direct.run(conn, _REMEMBER_POSTGRES, event_ids=ids, expires_at=expiries)
+        rows = await direct.run(conn, _REMEMBER_POSTGRES, created_at=created, event_ids=ids)
     else:
-        rows = await direct.run_sqlite(conn, _remember_sqlite(len(ids)), [v for pair in zip(ids, expiries, strict=True) for v in pair])
+        rows = await direct.run_sqlite(conn, _remember_sqlite(len(ids)), [v for pair in zip(created, ids, strict=True) for v in pair])
     written = {row[0] for row in rows}
     results = []
-    for event_id, _, _ in accepted:
+    for event_id, _ in accepted:
         results.append(event_id in written)
         written.discard(event_id)  # a second request with the same event, in the same batch, is a replay
     return results
