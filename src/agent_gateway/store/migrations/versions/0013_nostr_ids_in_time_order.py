@@ -14,6 +14,8 @@ Create Date: 2026-11-28
 import sqlalchemy as sa
 from alembic import op
 
+from agent_gateway.store.migrations import first_replay_table
+
 revision = '0013'
 down_revision = '0012'
 branch_labels = None
@@ -21,8 +23,7 @@ depends_on = None
 
 
 def upgrade() -> None:
-    op.drop_index(op.f('ix_nostr_auth_events_expires_at'), table_name='nostr_auth_events')
-    op.drop_table('nostr_auth_events')
+    first_replay_table.drop()
     op.create_table(
         'nostr_auth_events',
         sa.Column('created_at', sa.BigInteger(), nullable=False),
@@ -34,10 +35,4 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.drop_table('nostr_auth_events')
-    op.create_table(
-        'nostr_auth_events',
-        sa.Column('event_id', sa.String(length=64), nullable=False),
-        sa.Column('expires_at', sa.BigInteger(), nullable=False),
-        sa.PrimaryKeyConstraint('event_id', name=op.f('pk_nostr_auth_events')),
-    )
-    op.create_index(op.f('ix_nostr_auth_events_expires_at'), 'nostr_auth_events', ['expires_at'], unique=False)
+    first_replay_table.create()
