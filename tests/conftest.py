@@ -23,6 +23,8 @@ from pathlib import Path
 import asyncpg
 import httpx
 import pytest
+import sqlalchemy as sa
+from alembic import command
 from xdist.scheduler import LoadScopeScheduling
 
 from agent_gateway import config
@@ -100,6 +102,13 @@ async def terminate_lock_sessions(database_url: str) -> None:
         )
     finally:
         await admin_connection.close()
+
+
+def downgrade(connection: sa.Connection, revision: str) -> None:
+    """Migrate the database of ``connection`` down to ``revision`` (``conn.run_sync(downgrade, ...)``)."""
+    config = migrate.alembic_config()
+    config.attributes["connection"] = connection
+    command.downgrade(config, revision)
 
 
 async def admin(sql: str) -> None:

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 import sqlalchemy as sa
-from alembic import command
 
 from agent_gateway.store import migrate
 from agent_gateway.store.engine import create_engine
+from tests.conftest import downgrade
 
 pytestmark = pytest.mark.parametrize("empty_database_url", ["sqlite", "postgresql"], indirect=True)
 
@@ -27,12 +27,6 @@ def _schema(connection: sa.Connection) -> dict[str, object]:
     }
 
 
-def _downgrade(connection: sa.Connection, revision: str) -> None:
-    config = migrate.alembic_config()
-    config.attributes["connection"] = connection
-    command.downgrade(config, revision)
-
-
 async def test_down_to_nothing_and_up_again_gives_the_same_schema(empty_database_url: str) -> None:
     url = empty_database_url
     if url.startswith("sqlite"):
@@ -45,7 +39,7 @@ async def test_down_to_nothing_and_up_again_gives_the_same_schema(empty_database
         assert "nostr_auth_events" in head
 
         async with engine.begin() as conn:
-            await conn.run_sync(_downgrade, "0012")  # 0013 down: the table as 0008 made it
+            await conn.run_sync(downgrade, "0012")  # 0013 down: the table as 0008 made it
         async with engine.connect() as conn:
             before_0013 = await conn.run_sync(_schema)
         columns, key, indexes = before_0013["nostr_auth_events"]  # type: ignore[misc]
@@ -53,7 +47,7 @@ async def test_down_to_nothing_and_up_again_gives_the_same_schema(empty_database
         assert [name for name, _, _ in indexes] == ["ix_nostr_auth_events_expires_at"]
 
         async with engine.begin() as conn:
-            await conn.run_sync(_downgrade, "base")
+            await conn.run_sync(downgrade, "base")
         async with engine.connect() as conn:
             assert set(await conn.run_sync(_schema)) <= {"alembic_version"}
 

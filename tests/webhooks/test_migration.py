@@ -6,10 +6,10 @@ import asyncio
 
 import pytest
 import sqlalchemy as sa
-from alembic import command
 
 from agent_gateway.store import migrate
 from agent_gateway.store.engine import create_engine
+from tests.conftest import downgrade
 
 pytestmark = pytest.mark.processes
 
@@ -34,12 +34,6 @@ def delivery(id: str, event: str, **columns: object) -> dict[str, object]:
         "state": "pending", "attempts": 0, "next_attempt_at": "2026-11-26T09:30:00.000Z",
         "retry_from": "2026-11-26T09:30:00.000Z", **columns,
     }
-
-
-def _downgrade_to_0003(connection: sa.Connection) -> None:
-    config = migrate.alembic_config()
-    config.attributes["connection"] = connection
-    command.downgrade(config, "0003")
 
 
 def test_upgrade_keeps_copies_refers_from_then_on_and_downgrade_copies_back(empty_database_url: str) -> None:
@@ -74,7 +68,7 @@ def test_upgrade_keeps_copies_refers_from_then_on_and_downgrade_copies_back(empt
                             delivery("00000000-0000-7000-8000-000000000003", "decision.published", **neither_or_both)
                         ))
             async with engine.begin() as conn:
-                await conn.run_sync(_downgrade_to_0003)
+                await conn.run_sync(downgrade, "0003")
             async with engine.begin() as conn:
                 rows = (await conn.execute(sa.select(deliveries.c.id, deliveries.c.body).order_by(deliveries.c.id))).all()
             assert [tuple(row) for row in rows] == [
