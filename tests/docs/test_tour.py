@@ -50,12 +50,13 @@ def run_block(block: str, env: dict[str, str], cwd: Path) -> tuple[subprocess.Co
 def test_the_tour_runs_as_written(tmp_path: Path, database_url: str) -> None:
     directory = tmp_path / "demo"
     serve_env, _ = served.init_demo(directory, database_url)
-    gateway = served.ServedGateway.spawn(directory, serve_env)
+    # Ports of its own, picked again should another test take one between pick and bind.
+    gateway = served.ServedGateway.spawn_on_free_ports(directory, serve_env)
     stream: subprocess.Popen[str] | None = None
     try:
         # A terminal in the clone's folder, with agent-gateway installed and reaching this
         # deployment's database (its URL comes from the environment, as serve's does).
-        env = served.cli_env(directory / "gateway.toml", serve_env)
+        env = served.cli_env(directory / "gateway.toml", gateway.env)
         env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
         outputs: list[str] = []
         streamed: list[str] = []
