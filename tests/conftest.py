@@ -119,12 +119,53 @@ async def admin(sql: str) -> None:
         await conn.close()
 
 
+# Everything of a database's own state but its rows, as one digest (Databases._schema_of).
+SCHEMA_DIGEST = """
+WITH own AS (
+    SELECT c.oid FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+    WHERE n.nspname NOT IN ('pg_catalog', 'information_schema', 'pg_toast')
+)
+SELECT md5(string_agg(part, E'\n' ORDER BY part)) FROM (
+    SELECT format('rel %s %s %s %s %s %s %s', c.relnamespace::regnamespace, c.relname, c.relkind, c.relpersistence,
+                  c.reloptions, CASE WHEN c.relkind = 'r' THEN c.relpages END, CASE WHEN c.relkind = 'r' THEN c.reltuples END)
+        FROM pg_class c WHERE c.oid IN (SELECT oid FROM own)
+    UNION ALL SELECT format('col %s %s %s %s %s', a.attrelid::regclass, a.attname, a.atttypid::regtype, a.attnotnull, a.attisdropped)
+        FROM pg_attribute a WHERE a.attrelid IN (SELECT oid FROM own) AND a.attnum > 0
+    UNION ALL SELECT format('default %s %s', d.adrelid::regclass, pg_get_expr(d.adbin, d.adrelid))
+        FROM pg_attrdef d WHERE d.adrelid IN (SELECT oid FROM own)
+    UNION ALL SELECT format('constraint %s %s %s', c.conrelid::regclass, c.conname, pg_get_constraintdef(c.oid))
+        FROM pg_constraint c WHERE c.connamespace::regnamespace::text NOT IN ('pg_catalog', 'information_schema')
+    UNION ALL SELECT format('index %s', pg_get_indexdef(i.indexrelid)) FROM pg_index i WHERE i.indrelid IN (SELECT oid FROM own)
+    UNION ALL SELECT format('sequence %s %s %s %s %s', s.seqrelid::regclass, s.seqstart, s.seqincrement, s.seqmin, s.seqmax)
+        FROM pg_sequence s
+    UNION ALL SELECT format('routine %s %s', p.oid::regprocedure, md5(p.prosrc))
+        FROM pg_proc p WHERE p.pronamespace::regnamespace::text NOT IN ('pg_catalog', 'information_schema')
+    UNION ALL SELECT format('trigger %s %s', t.tgrelid::regclass, t.tgname) FROM pg_trigger t WHERE NOT t.tgisinternal
+    UNION ALL SELECT format('type %s', t.oid::regtype) FROM pg_type t
+        WHERE t.typnamespace::regnamespace::text NOT IN ('pg_catalog', 'information_schema', 'pg_toast') AND t.typrelid = 0
+    UNION ALL SELECT format('extension %s %s', e.extname, e.extversion) FROM pg_extension e
+    UNION ALL SELECT format('statistics %s', count(*)) FROM pg_statistic s WHERE s.starelid IN (SELECT oid FROM own)
+    UNION ALL SELECT format('migration %s', v.version_num) FROM alembic_version v
+    UNION ALL SELECT format('database %s %s', d.datallowconn, d.datconnlimit) FROM pg_database d WHERE d.datname = current_database()
+    UNION ALL SELECT format('settings %s', s.setconfig) FROM pg_db_role_setting s
+        JOIN pg_database d ON d.oid = s.setdatabase WHERE d.datname = current_database()
+) parts(part)
+"""
+
+
 class Databases:
     """The run's PostgreSQL databases: a template migrated once, and a copy of it (or an empty
     database) for each test that asks.
 
     Copies are made ahead (``CREATE DATABASE ... TEMPLATE`` in a thread of their own, ``AHEAD`` at
     a time), so a test takes one that is ready instead of waiting for PostgreSQL to write it.
+    A copy a test is done with is reset to the template's state and taken by a later test, in a
+    thread of its own (:meth:`_reset`): its sessions ended, its tables emptied, its sequences and
+    statistics reset, as long as its schema is still the template's (a test that migrated it,
+    altered a table, analysed one or closed the database gets it dropped). Each copy wrote some
+    300 files (most of them the new database's own catalogs) that the next checkpoint had to
+    ``fsync``, and each drop waited for that checkpoint: a checkpoint in the middle of a run took
+    50 to 120 s, and each worker's last drops held the end of the run for about 20 s.
     Dropping one is left to another thread: PostgreSQL 15 checkpoints at every ``DROP DATABASE``,
     which takes seconds on a busy machine, and no test needs to wait for that. Drops are made
     ``DROP_BATCH`` at a time, ``DROPS_AT_ONCE`` of them together: a checkpoint writes every dirty
@@ -142,8 +183,16 @@ class Databases:
     DROPS_AT_ONCE = 16
     DROP_ATTEMPTS = 20
 
+    # Most a reset waits for the sessions of the test before to end.
+    SESSIONS_END_S = 60
+
     def __init__(self, template: str) -> None:
         self.template = template
+        self._schema = asyncio.run(self._schema_of(template))
+        self._recycled: queue.SimpleQueue[str] = queue.SimpleQueue()
+        self._used: queue.SimpleQueue[str | None] = queue.SimpleQueue()
+        self._resetter = threading.Thread(target=self._reset_each, name="reset test databases", daemon=True)
+        self._resetter.start()
         self._doomed: queue.SimpleQueue[str | None] = queue.SimpleQueue()
         self._failed: list[tuple[str, BaseException]] = []
         self._dropper = threading.Thread(target=self._drop_each, name="drop test databases", daemon=True)
@@ -155,7 +204,9 @@ class Databases:
         self._copier.start()
 
     def copy(self) -> str:
-        """A new database copied from the migrated template; its name."""
+        """A database in the migrated template's state (a copy, or one reset); its name."""
+        with contextlib.suppress(queue.Empty):
+            return self._recycled.get_nowait()
         made = self._ready.get()
         self._room.release()
         if isinstance(made, BaseException):
@@ -169,12 +220,16 @@ class Databases:
 
     @contextlib.contextmanager
     def url(self, *, migrated: bool) -> Iterator[str]:
-        """The URL of a new database (a copy of the template, or an empty one), dropped after use."""
+        """The URL of a database in the template's state (reset after use) or of an empty one
+        (dropped after use)."""
         name = self.copy() if migrated else self.empty()
         try:
             yield postgres_url_of(name)
         finally:
-            self.drop(name)
+            if migrated:
+                self._used.put(name)
+            else:
+                self.drop(name)
 
     def drop(self, name: str) -> None:
         """Drop ``name`` (under whoever is still connected to it) soon, not now."""
@@ -186,10 +241,14 @@ class Databases:
         self._closing.set()
         self._room.release()
         self._copier.join()
+        self._used.put(None)
+        self._resetter.join()
         while not self._ready.empty():
             made = self._ready.get()
             if isinstance(made, str):
                 self.drop(made)
+        while not self._recycled.empty():
+            self.drop(self._recycled.get())
         self._doomed.put(None)
         self._dropper.join()
         if self._failed:
@@ -210,6 +269,61 @@ class Databases:
                 self._ready.put(self._create(f"TEMPLATE {self.template}"))
             except (OSError, asyncpg.PostgresError, asyncio.TimeoutError) as exc:
                 self._ready.put(exc)
+
+    def _reset_each(self) -> None:
+        while (name := self._used.get()) is not None:
+            if asyncio.run(self.reset(name)) and not self._closing.is_set():
+                self._recycled.put(name)
+            else:
+                self.drop(name)
+
+    async def reset(self, name: str) -> bool:
+        """Put ``name`` back in the template's state; False where it cannot be (drop it then)."""
+        try:
+            return await self._reset(name)
+        except (OSError, asyncpg.PostgresError, TimeoutError):  # closed to connections, say
+            return False
+
+    async def _reset(self, name: str) -> bool:
+        conn = await asyncpg.connect(postgres_url_of(name), timeout=60)
+        try:
+            await conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+            async with asyncio.timeout(self.SESSIONS_END_S):
+                while await conn.fetchval(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                ):
+                    await asyncio.sleep(0.02)
+            # A table never written to has no pages; one written to and emptied again still has.
+            written = await conn.fetch(
+                "SELECT format('%I', c.relname) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+                "WHERE n.nspname = 'public' AND c.relkind = 'r' AND c.relname <> 'alembic_version' "
+                "AND pg_relation_size(c.oid) > 0"
+            )
+            if written:
+                await conn.execute(f"TRUNCATE {', '.join(row[0] for row in written)} CASCADE")
+            await conn.execute("SELECT setval(seqrelid, seqstart, false) FROM pg_sequence")
+            await conn.execute("SELECT pg_stat_reset()")
+            # After the TRUNCATE, which gives each table the template's page and row counts.
+            return await self._schema_of(name, conn) == self._schema
+        finally:
+            await conn.close()
+
+    @staticmethod
+    async def _schema_of(name: str, conn: asyncpg.Connection | None = None) -> str:
+        """A digest of what a test could change in database ``name`` besides its rows: its
+        relations and their options, columns, defaults, constraints, indexes, sequences, routines,
+        triggers, types, the planner's sizes and statistics, its migration and whether it takes
+        connections."""
+        own = conn is None
+        conn = conn or await asyncpg.connect(postgres_url_of(name), timeout=60)
+        try:
+            return await conn.fetchval(SCHEMA_DIGEST)
+        finally:
+            if own:
+                await conn.close()
 
     def _drop_each(self) -> None:
         doomed: list[str] = []
