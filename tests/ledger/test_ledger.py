@@ -109,6 +109,34 @@ async def test_every_run_has_one_entry_written_as_it_starts(make_gateway: Gatewa
     assert instructions["type"] == "instructions"
 
 
+async def test_the_instructions_in_force_are_found_through_an_index_no_run_entry_enters(gateway: Gateway) -> None:
+    """ix_ledger_entries_instructions (migration 0014) holds the instructions entries only, so a
+    Run's start writes nothing into it, and the newest instructions entry is read through it."""
+    store = gateway.store
+    signal = Signal("5d6f3c1e-0000-4000-8000-000000000003", "k", {}, clock.now_iso(), "processing", None)
+    run = Run("5d6f3c1e-0000-4000-8000-000000000004", signal.id, "s", "p", "running", None, None, None)
+    async with store.transaction() as conn:
+        await gateway.ledger.started(conn, signal, [run], clock.now_iso())
+    async with store.read() as conn:
+        newest, values = queries._LAST_INSTRUCTIONS.bind(conn.dialect, {})
+        if store.dialect == "postgresql":
+            await conn.exec_driver_sql("SET enable_seqscan = off")  # a table this small would be scanned
+            plan = " ".join(row[0] for row in (await conn.exec_driver_sql(f"EXPLAIN {newest}", values)).all())
+            indexes = (await conn.exec_driver_sql(
+                "SELECT string_agg(indexdef, ';') FROM pg_indexes WHERE tablename = 'ledger_entries'"
+            )).scalar()
+        else:
+            plan = " ".join(row[-1] for row in (await conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {newest}", values)).all())
+            indexes = (await conn.exec_driver_sql(
+                "SELECT group_concat(sql, ';') FROM sqlite_master WHERE type = 'index' AND tbl_name = 'ledger_entries'"
+            )).scalar()
+        assert "ix_ledger_entries_instructions" in plan
+        assert (await queries.last_instructions(conn)).seq == 1  # type: ignore[union-attr]
+    [definition] = [index for index in indexes.split(";") if "ix_ledger_entries_instructions" in index]
+    assert "WHERE" in definition and "'instructions'" in definition
+    assert "kind_seq" not in indexes
+
+
 async def test_a_rolled_back_run_start_writes_no_entry(gateway: Gateway) -> None:
     store = gateway.store
     before = len(await ledger(store))

@@ -89,6 +89,8 @@ decision_tree = sa.Table(
     sa.Column("hash", sa.LargeBinary(32), nullable=False),
 )
 
+INSTRUCTIONS_ONLY = sa.text("kind = 'instructions'")
+
 # The Run ledger (issue 41; store.queries.ledger): what the gateway told the agent, one entry per
 # instructions change and per Run started, numbered from 1 without gaps as Decisions are; ``leaf`` is the entry's
 # leaf in the ledger's Merkle tree (ledger_tree), byte for byte: its RFC 8785 canonical JSON.
@@ -103,7 +105,9 @@ ledger_entries = sa.Table(
     sa.Column("run_id", Uuid, nullable=True, unique=True),
     sa.CheckConstraint("kind IN ('instructions', 'run')", name="kind"),
     # The instructions entry in force is the newest one (store.queries.ledger.last_instructions).
-    sa.Index(None, "kind", "seq"),
+    # Partial, so a Run's entry writes no entry in it (a page less in each Run's commit); a query
+    # uses it only with the literal 'instructions' (INSTRUCTIONS_ONLY).
+    sa.Index("ix_ledger_entries_instructions", "seq", sqlite_where=INSTRUCTIONS_ONLY, postgresql_where=INSTRUCTIONS_ONLY),
 )
 
 # The hashes of the complete subtrees of the Run ledger's Merkle tree, as decision_tree's.

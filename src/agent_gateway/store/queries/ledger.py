@@ -22,7 +22,7 @@ from agent_gateway.store import window as windows
 from agent_gateway.store.engine import Store
 from agent_gateway.store.queries import runs as run_queries
 from agent_gateway.store.queries import tree
-from agent_gateway.store.tables import ledger_entries, runs
+from agent_gateway.store.tables import INSTRUCTIONS_ONLY, ledger_entries, runs
 
 INSTRUCTIONS, RUN = "instructions", "run"
 # Any constant shared by every writer of the ledger: the key of the advisory lock that orders them.
@@ -81,7 +81,7 @@ _COLUMNS = (ledger_entries.c.seq, ledger_entries.c.kind, ledger_entries.c.leaf)
 _GET = direct.Query(sa.select(*_COLUMNS).where(ledger_entries.c.seq == sa.bindparam("number")))
 _LAST_INSTRUCTIONS = direct.Query(
     sa.select(*_COLUMNS)
-    .where(ledger_entries.c.kind == INSTRUCTIONS)
+    .where(INSTRUCTIONS_ONLY)
     .order_by(ledger_entries.c.seq.desc())
     .limit(1)
 )
