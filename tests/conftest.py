@@ -2,7 +2,8 @@
 
 Every storage-touching test runs on SQLite and on PostgreSQL. PostgreSQL is
 ``AGENT_GATEWAY_TEST_POSTGRES`` (default ``postgresql://postgres@127.0.0.1:5432/test``);
-each test gets its own database copied from a template migrated once per run.
+each test gets a database in the state of a template migrated once per run (a copy of
+it, or an earlier test's copy reset to that state: ``Databases``).
 Without a server, PostgreSQL cases are skipped with a reason, unless
 ``AGENT_GATEWAY_TEST_REQUIRE_POSTGRES=1`` (set by CI), which makes them fail.
 """
