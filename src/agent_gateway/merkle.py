@@ -15,6 +15,7 @@ migration, the transparency routes and the auditor all build on it.
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import hashlib
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -248,3 +249,8 @@ def verify_consistency(old: int, new: int, old_root: bytes, new_root: bytes, pro
 def _check_hashes(hashes: Iterable[bytes]) -> None:
     if any(len(hash_) != HASH_SIZE for hash_ in hashes):
         raise ProofError(f"a hash in the proof is not {HASH_SIZE} bytes")
+
+
+def b64(hashes: Iterable[bytes]) -> list[str]:
+    """A proof's hashes as the routes and receipts give them: standard base64 each."""
+    return [base64.b64encode(hash_).decode() for hash_ in hashes]

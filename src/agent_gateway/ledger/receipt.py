@@ -35,7 +35,6 @@ from agent_gateway.store.queries import messages as message_queries
 from agent_gateway.store.queries import signals as signal_queries
 from agent_gateway.store.queries.signals import Signal
 from agent_gateway.transparency import note
-from agent_gateway.transparency import routes as transparency_routes
 from agent_gateway.transparency import service as transparency
 
 # The payload member the receipt leaves out: the User's own words.
@@ -70,7 +69,7 @@ def entry_out(entry: queries.Entry) -> dict[str, Any]:
 async def proved(store: Store, entry: queries.Entry, size: int | None) -> dict[str, Any]:
     """``entry`` with its inclusion proof in the tree of ``size`` entries (None: the current tree)."""
     proof = await transparency.inclusion(store, entry.seq, size, service.LOG)
-    return {**entry_out(entry), "treeSize": proof.tree_size, "hashes": transparency_routes.b64(proof.hashes)}
+    return {**entry_out(entry), "treeSize": proof.tree_size, "hashes": merkle.b64(proof.hashes)}
 
 
 class SignalRef(BaseModel):

@@ -10,7 +10,7 @@ from fastapi import Depends, Request
 from pydantic import BaseModel
 from starlette.responses import Response
 
-from agent_gateway import jsontext
+from agent_gateway import jsontext, merkle
 from agent_gateway.auth import schemes
 from agent_gateway.http import params
 from agent_gateway.http.app import router as new_router
@@ -61,7 +61,7 @@ async def _witnessed(request: Request) -> Response:
 async def _consistency(request: Request, from_: str | None, to: str | None) -> Any:
     old, new = transparency_routes.consistency_args(from_, to)
     new, hashes = await transparency.consistency(request.app.state.store, old, new, service.LOG)
-    return json_response({"from": old, "to": new, "hashes": transparency_routes.b64(hashes)})
+    return json_response({"from": old, "to": new, "hashes": merkle.b64(hashes)})
 
 
 async def _read(request: Request, window: Window) -> Any:

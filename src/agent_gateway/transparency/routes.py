@@ -3,7 +3,6 @@ GET /checkpoint, GET /checkpoint/witnessed, GET /checkpoint/consistency, GET /de
 
 from __future__ import annotations
 
-import base64
 from typing import Annotated, Any
 
 from fastapi import Depends, Query, Request
@@ -11,7 +10,7 @@ from pydantic import BaseModel, Field
 from starlette.responses import Response
 from starlette.types import Scope
 
-from agent_gateway import errors, jsontext
+from agent_gateway import errors, jsontext, merkle
 from agent_gateway.auth import schemes
 from agent_gateway.http import params
 from agent_gateway.http.app import router as new_router
@@ -81,10 +80,6 @@ _CONSISTENCY = {200: {"model": ConsistencyOut}}
 _CONSISTENCY_SUMMARY = "The consistency proof between two sizes of the tree"
 
 
-def b64(hashes: list[bytes]) -> list[str]:
-    return [base64.b64encode(hash_).decode() for hash_ in hashes]
-
-
 async def _checkpoint(request: Request) -> Response:
     return Response(await request.app.state.checkpoints.latest(), media_type=CHECKPOINT_MEDIA_TYPE)
 
@@ -116,7 +111,7 @@ async def _proof_answer(request: Request, seq: str, size: str | None, format_: s
 
 async def _proof(store: Store, seq: int, size: int | None) -> dict[str, Any]:
     proof = await service.inclusion(store, seq, size)
-    return {"index": proof.index, "treeSize": proof.tree_size, "hashes": b64(proof.hashes)}
+    return {"index": proof.index, "treeSize": proof.tree_size, "hashes": merkle.b64(proof.hashes)}
 
 
 def consistency_args(from_: str | None, to: str | None) -> tuple[int | None, int | None]:
@@ -125,7 +120,7 @@ def consistency_args(from_: str | None, to: str | None) -> tuple[int | None, int
 
 async def _consistency(store: Store, old: int | None, new: int | None) -> dict[str, Any]:
     new, hashes = await service.consistency(store, old, new)
-    return {"from": old, "to": new, "hashes": b64(hashes)}
+    return {"from": old, "to": new, "hashes": merkle.b64(hashes)}
 
 
 @agent.get("/checkpoint", response_class=Response, responses=_CHECKPOINT, summary=_CHECKPOINT_SUMMARY)
