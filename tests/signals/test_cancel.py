@@ -89,9 +89,10 @@ def cancelled(gateway: served.ServedGateway, record: str, id: str) -> dict[str, 
     return gateway.cli_json(record, "cancel", id)
 
 
-def refused(gateway: served.ServedGateway, record: str, id: str) -> str:
-    """``agent-gateway RECORD cancel ID``, which must be refused with one line and exit 1; that line."""
-    result = gateway.cli(record, "cancel", id)
+def refused(gateway: served.ServedGateway, record: str, id: str, *, here: bool = False) -> str:
+    """``agent-gateway RECORD cancel ID``, which must be refused with one line and exit 1; that line.
+    ``here``: in this process (``served.run_cli_here``), for the repeats of a table."""
+    result = gateway.cli_here(record, "cancel", id) if here else gateway.cli(record, "cancel", id)
     assert result.returncode == 1, result.stdout
     assert result.stdout == ""
     [line] = result.stderr.strip().splitlines()
@@ -266,14 +267,15 @@ async def test_every_refusal_is_one_line_and_changes_nothing(tmp_path: Path, dat
             await running_run_of(store, busy)
             before = await everything(store)
             nobody = str(uuid.uuid4())
+            # Each command's refusal once in a process of its own, the rest of the table in this one.
             lines = [
                 refused(gateway, "runs", done_run.id),
                 refused(gateway, "signals", done),
-                refused(gateway, "signals", busy),
-                refused(gateway, "runs", nobody),
-                refused(gateway, "signals", nobody),
-                refused(gateway, "runs", "not-a-uuid"),
-                refused(gateway, "signals", "42"),
+                refused(gateway, "signals", busy, here=True),
+                refused(gateway, "runs", nobody, here=True),
+                refused(gateway, "signals", nobody, here=True),
+                refused(gateway, "runs", "not-a-uuid", here=True),
+                refused(gateway, "signals", "42", here=True),
             ]
             assert await everything(store) == before
             assert metric(gateway, "run") == metric(gateway, "signal") == 0

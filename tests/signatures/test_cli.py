@@ -126,15 +126,19 @@ def test_a_served_gateway_s_artifacts_verify_offline_against_its_jwks_url(served
     decision = httpx.post(f"{served_gateway.agent_url}/decisions", json={"statement": "d"}).json()
     jwks_url = f"{served_gateway.public_url}/jwks.json"
     nowhere = tmp_path / "no-config.toml"
-    for jws, payload in ((statement, {"statement": "s"}), (decision["jws"], {"seq": 1, "createdAt": decision["createdAt"], "statement": "d"})):
-        result = run_cli("verify", jws, "--jwks", jwks_url, config=nowhere)
+    # The command's real start once; its repeats in this process.
+    for run, jws, payload in (
+        (run_cli, statement, {"statement": "s"}),
+        (run_cli_here, decision["jws"], {"seq": 1, "createdAt": decision["createdAt"], "statement": "d"}),
+    ):
+        result = run("verify", jws, "--jwks", jwks_url, config=nowhere)
         assert result.returncode == 0, result.stderr
         assert orjson.loads(result.stdout)["payload"] == payload
-    unreachable = one_error_line(run_cli("verify", statement, "--jwks", "http://127.0.0.1:9/jwks.json", config=nowhere))
+    unreachable = one_error_line(run_cli_here("verify", statement, "--jwks", "http://127.0.0.1:9/jwks.json", config=nowhere))
     assert unreachable.startswith("agent-gateway: error: cannot fetch http://127.0.0.1:9/jwks.json: ")
     # A URL that answers with an error: its status, on one line (not httpx's two).
     missing = f"{served_gateway.agent_url}/jwks.json"
-    assert one_error_line(run_cli("verify", statement, "--jwks", missing, config=nowhere)) == (
+    assert one_error_line(run_cli_here("verify", statement, "--jwks", missing, config=nowhere)) == (
         f"agent-gateway: error: cannot fetch {missing}: it answered 404"
     )
 
