@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 
+import orjson
 import pytest
 import rfc8785
 
@@ -61,3 +62,21 @@ def test_what_i_json_leaves_out_is_refused_as_the_library_refuses_it(value: obje
 
 def test_the_largest_safe_integers_are_encoded() -> None:
     assert entries.canonical([2**53 - 1, -(2**53) + 1]) == b"[9007199254740991,-9007199254740991]"
+
+
+def test_a_runs_entry_is_the_librarys_encoding_of_it_whatever_its_strings_hold() -> None:
+    # The Run's entry skips canonical()'s check of its shape: its strings may hold anything.
+    generator = random.Random(41)
+    alphabet = [chr(c) for c in (0x00, 0x1F, 0x22, 0x5C, 0x41, 0x7F, 0xE9, 0x2028, 0xD7FF, 0xE000, 0xFFFF, 0x1F600)]
+    for _ in range(500):
+        strings = ["".join(generator.choice(alphabet) for _ in range(generator.randrange(8))) for _ in range(5)]
+        fields = {
+            "run_id": strings[0], "signal_id": strings[1], "kind": strings[2], "origin": "message",
+            "session": generator.choice([None, strings[3]]), "prompt": strings[4], "payload": {"text": strings[4]},
+            "instructions_seq": generator.randrange(1, 2**53), "started_at": "2026-11-29T00:00:00.000Z",
+        }
+        entry = orjson.loads(entries.run(**fields))
+        assert entries.run(**fields) == rfc8785.dumps(entry)
+    lone = dict(fields, session="\udc00")
+    with pytest.raises(rfc8785.CanonicalizationError):
+        entries.run(**lone)

@@ -88,8 +88,15 @@ def run(
         payload_digest: str | None = sha256(canonical(payload))
     except rfc8785.CanonicalizationError:
         payload_digest = None
-    return canonical({
+    entry = {
         "type": RUN, "run": run_id, "signal": signal_id, "kind": kind, "origin": origin, "session": session,
         "prompt": sha256(prompt.encode()), "payload": payload_digest, "instructions": instructions_seq,
         "startedAt": started_at,
-    })
+    }
+    # Its names are fixed and ASCII, its values strings, null and an entry's number: orjson's sorted
+    # output is RFC 8785's (:func:`canonical`) unless a string holds a lone surrogate, without
+    # walking the entry to see so on every Run.
+    try:
+        return orjson.dumps(entry, option=orjson.OPT_SORT_KEYS)
+    except orjson.JSONEncodeError:
+        return rfc8785.dumps(entry)

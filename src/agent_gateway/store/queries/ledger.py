@@ -12,6 +12,7 @@ no entry and no gap, and entries are committed in number order in every process.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Sequence
 
 import sqlalchemy as sa
@@ -44,8 +45,6 @@ _POSTGRES_DRAW = direct.Query(
     )
 )
 _POSTGRES_LOCK = direct.Query(sa.text(f"SELECT pg_advisory_xact_lock({_APPEND_LOCK_KEY})"))
-# On SQLite the write lock is held already: the next number is read.
-_SQLITE_NEXT = direct.Query(sa.text("SELECT coalesce(max(seq), 0) + 1 FROM ledger_entries"))
 # On PostgreSQL the entries and the tree's nodes go in with one statement (one round trip).
 _POSTGRES_NODES = "INSERT INTO ledger_tree (node, hash) SELECT * FROM unnest(CAST(:keys AS bigint[]), CAST(:hashes AS bytea[]))"
 _POSTGRES_ENTRIES = (
@@ -72,11 +71,6 @@ _POSTGRES_DRAW_INSERT = direct.Query(sa.text(f"WITH {_DRAW_INSERT}"))
 _POSTGRES_RECORD_DRAW_INSERT = direct.Query(
     sa.text(f"WITH recorded AS ({run_queries.POSTGRES_INSERT}), {_DRAW_INSERT}")
 )
-_INSERT = direct.Query(
-    ledger_entries.insert()
-    .values({column: sa.bindparam(column) for column in ("seq", "kind", "leaf", "run_id")})
-    .inline()
-)
 _COLUMNS = (ledger_entries.c.seq, ledger_entries.c.kind, ledger_entries.c.leaf)
 _GET = direct.Query(sa.select(*_COLUMNS).where(ledger_entries.c.seq == sa.bindparam("number")))
 _LAST_INSTRUCTIONS = direct.Query(
@@ -86,6 +80,19 @@ _LAST_INSTRUCTIONS = direct.Query(
     .limit(1)
 )
 _WINDOWS = windows.Queries(sa.select(*_COLUMNS), ledger_entries.c.seq)
+
+
+@functools.lru_cache(maxsize=16)
+def _sqlite_insert(count: int) -> str:
+    # On SQLite the write lock is held already: the entries are numbered on from the newest in
+    # the statement that writes them (one statement where a read of the next number and an
+    # executemany were two), and their numbers answered.
+    values = ", ".join(f"({n}, ?, ?, ?)" for n in range(count))
+    return (
+        "INSERT INTO ledger_entries (seq, kind, leaf, run_id) "
+        "SELECT (SELECT coalesce(max(seq), 0) + 1 FROM ledger_entries) + v.column1, v.column2, v.column3, v.column4 "
+        f"FROM (VALUES {values}) AS v ORDER BY v.column1 RETURNING seq"
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,17 +125,16 @@ async def append(conn: AsyncConnection, new: Sequence[New], record: Sequence[run
     if conn.dialect.name == "postgresql":
         return await _append_postgres(conn, new, record)
     await run_queries.insert(conn, record)
-    [(first,)] = await direct.run(conn, _SQLITE_NEXT)
-    draws = list(range(int(first), int(first) + len(new)))
-    growth = await TREE.growth(conn, draws, [entry.leaf for entry in new])
-    seqs = _seqs(growth, new)
-    await direct.run_many(
-        conn, _INSERT,
-        [
-            {"seq": seq, "kind": entry.kind, "leaf": entry.leaf.decode(), "run_id": entry.run_id}
-            for seq, entry in zip(seqs, new, strict=True)
-        ],
-    )
+    leaves = [entry.leaf for entry in new]
+    values = [value for entry in new for value in (entry.kind, entry.leaf.decode(), entry.run_id)]
+    seqs = sorted(int(seq) for (seq,) in await direct.run_sqlite(conn, _sqlite_insert(len(new)), values))  # type: ignore[call-overload]
+    # This process's prediction of the tree holds when no other entry was committed since its last.
+    predicted = TREE.predicted(conn, leaves)
+    if predicted is not None and predicted.first_number == seqs[0]:
+        growth = predicted.growth
+        TREE.committing(conn, predicted.after)
+    else:
+        growth = await TREE.growth(conn, seqs, leaves)
     await TREE.write(conn, growth)
     return seqs
 
