@@ -9,6 +9,7 @@ import pytest
 
 from agent_gateway import clock
 from agent_gateway.messages import service
+from agent_gateway.store import engine as engine_module
 from agent_gateway.store.engine import Store
 from agent_gateway.store.queries import messages as queries
 from agent_gateway.store.window import Window
@@ -206,3 +207,41 @@ async def test_a_writer_numbers_concurrent_messages_of_many_users(store: Store) 
     assert len(await stored_signals(store)) == 30
     with pytest.raises(service.UserNotFound):
         await writer.send(str(uuid.uuid4()), "to nobody")
+
+
+# A ceiling for a wake-up from another process, never a duration.
+WAKE_CEILING_S = 120.0
+
+
+async def test_a_written_message_wakes_its_users_streams_in_another_process_and_a_rolled_back_one_never(
+    store: Store, database_url: str
+) -> None:
+    other = Store(database_url)  # another process's, listening as the one that serves streams does
+    probe = other.subscribe("probe")
+    other.listen()
+    try:
+        if other.dialect == "postgresql":
+            # Connected, the listener wakes every channel once: subscribe only after that one.
+            async with asyncio.timeout(WAKE_CEILING_S):
+                await probe.wait(None)
+        rolled_back, written = await admit(store), await admit(store)
+        streams = {user: other.subscribe(service.channel(user)) for user in (rolled_back, written)}
+        with pytest.raises(Boom):
+            async with store.transaction() as conn:
+                await service.send(conn, rolled_back, "never")
+                raise Boom
+        async with store.transaction() as conn:
+            await service.send(conn, written, "hello")
+            if store.dialect == "postgresql":
+                # The wake-up rides on the Message's INSERT: the commit sends no NOTIFY of its own.
+                assert not conn.info.get(engine_module._CHANNELS)
+        async with asyncio.timeout(WAKE_CEILING_S):
+            assert await streams[written].wait(None) is True
+        # Wake-ups arrive in commit order: the rolled-back one would have come first.
+        assert await streams[rolled_back].wait(0) is False
+    finally:
+        await other.close()
+
+
+class Boom(Exception):
+    pass

@@ -100,9 +100,9 @@ async def append_many(conn: AsyncConnection, drafts: Sequence[Draft]) -> list[Me
     # that writes them (SQLite's statements cost no round trip: channels.outbox reads them after).
     routes = None
     if engine.channels(conn) and conn.dialect.name == "postgresql" and any(row[2] == OUTBOUND for row in rows):
-        written, routes = await channel_queries.append_many_routed(conn, rows)
+        written, routes = await channel_queries.append_many_routed(conn, rows, channel)
     else:
-        written = await queries.append_many(conn, rows)
+        written = await queries.append_many(conn, rows, channel)
     appended = iter(written)
     recorded: list[Message | errors.GatewayError] = []
     for refusal in refused:
@@ -111,8 +111,6 @@ async def append_many(conn: AsyncConnection, drafts: Sequence[Draft]) -> list[Me
             continue
         message = next(appended)
         recorded.append(UserNotFound() if message is None else message)
-    for user_id in sorted({m.user_id for m in recorded if isinstance(m, Message)}):
-        engine.notify(conn, channel(user_id))
     received = [m.to_json() for m in recorded if isinstance(m, Message) and m.direction == INBOUND]
     if received:
         await signals.emit_many(conn, RECEIVED, received, origin=signals.MESSAGE, late=True)

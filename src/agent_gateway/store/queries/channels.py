@@ -7,7 +7,7 @@ each channel claiming only its own rows.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -214,10 +214,9 @@ async def routes(conn: AsyncConnection, user_ids: Sequence[str]) -> dict[str, Ro
 # after the Users' logs are locked, so it sees every inbound Message committed before; not its
 # own rows, whose inbound ones append_many_routed counts itself.
 _APPEND_MANY_ROUTED = message_queries.appending_many(
-    f"WITH appended AS ({message_queries.APPEND_MANY_POSTGRES}) "
     "SELECT a.id, a.seq, a.user_id, r.identities, r.last_inbound, "
     "c.user_id, c.channel, c.identity, c.conversation, c.inbound_seq, c.updated_at "
-    "FROM appended AS a "
+    "FROM appended AS a CROSS JOIN woken "
     "LEFT JOIN (SELECT i.user_id, array_agg(i.identity ORDER BY i.identity) AS identities, "
     "(SELECT max(m.seq) FROM messages AS m WHERE m.user_id = i.user_id AND m.direction = 'inbound') AS last_inbound "
     "FROM channel_identities AS i WHERE i.user_id = ANY(:user_ids) GROUP BY i.user_id) AS r "
@@ -227,11 +226,11 @@ _APPEND_MANY_ROUTED = message_queries.appending_many(
 
 
 async def append_many_routed(
-    conn: AsyncConnection, rows: Sequence[tuple[str, str, str, str, str]]
+    conn: AsyncConnection, rows: Sequence[tuple[str, str, str, str, str]], wake: Callable[[str], str]
 ) -> tuple[list[message_queries.Message | None], dict[str, Route]]:
     """``store.queries.messages.append_many`` on PostgreSQL, and the :func:`routes` of the
     Users written to, as they are once these Messages are written: in one statement."""
-    appended, returned = await message_queries.append_many_postgres(conn, _APPEND_MANY_ROUTED, rows)
+    appended, returned = await message_queries.append_many_postgres(conn, _APPEND_MANY_ROUTED, rows, wake)
     found: dict[str, Route] = {}
     for _, _, user_id, names, last_inbound, *conversation in returned:
         if names is not None and user_id not in found:

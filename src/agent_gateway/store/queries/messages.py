@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import asyncpg
 import sqlalchemy as sa
@@ -12,7 +12,7 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agent_gateway import errors, records
-from agent_gateway.store import direct
+from agent_gateway.store import direct, engine, notifications
 from agent_gateway.store import window as windows
 from agent_gateway.store.engine import Store
 from agent_gateway.store.tables import messages, users
@@ -134,21 +134,33 @@ APPEND_MANY_POSTGRES = (
 )
 
 
-def appending_many(sql: str) -> direct.Query:
-    """A statement around :data:`APPEND_MANY_POSTGRES` (whose first two columns are each
-    Message's id and seq), its array parameters typed."""
+# The streams of the Users written to are woken by the statement that writes their Messages, not
+# by a NOTIFY statement of their own before COMMIT (a round trip less): each statement around
+# APPEND_MANY_POSTGRES joins its rows with this, so PostgreSQL sends the notifications (at commit,
+# as every NOTIFY) whenever it writes a Message.
+WOKEN = "woken AS (SELECT count(pg_notify(:channel, payload)) FROM unnest(CAST(:payloads AS text[])) AS payload)"
+
+
+def appending_many(select: str) -> direct.Query:
+    """A statement around :data:`APPEND_MANY_POSTGRES` and :data:`WOKEN`: ``select`` reads the
+    written rows as ``appended AS a`` (each Message's id and seq first) joined with ``woken``; its
+    array parameters typed."""
+    sql = f"WITH appended AS ({APPEND_MANY_POSTGRES}), {WOKEN} {select}"
     return direct.Query(sa.text(sql).bindparams(*(sa.bindparam(name, type_=postgresql.ARRAY(sa.Text)) for name in _ARRAYS)))
 
 
-_APPEND_MANY_POSTGRES = appending_many(APPEND_MANY_POSTGRES)
+_APPEND_MANY_POSTGRES = appending_many("SELECT a.id, a.seq, a.user_id FROM appended AS a CROSS JOIN woken")
 
 
-async def append_many(conn: AsyncConnection, rows: Sequence[tuple[str, str, str, str, str]]) -> list[Message | None]:
+async def append_many(
+    conn: AsyncConnection, rows: Sequence[tuple[str, str, str, str, str]], wake: Callable[[str], str]
+) -> list[Message | None]:
     """:func:`append` for each of ``rows`` (``id, user_id, direction, text, created_at``), in order.
 
     Returns, in their places, the Messages and None for rows of a User nobody
     holds. A User's rows are numbered in the order given. SQLite appends them
     one statement each (statements cost it no round trip); PostgreSQL with one.
+    The channel ``wake(user_id)`` of each User written to is woken once the transaction commits.
     """
     if conn.dialect.name != "postgresql":
         appended = []
@@ -156,20 +168,26 @@ async def append_many(conn: AsyncConnection, rows: Sequence[tuple[str, str, str,
             appended.append(
                 await append(conn, id=id, user_id=user_id, direction=direction, text=text, created_at=created_at)
             )
+        for user_id in sorted({message.user_id for message in appended if message is not None}):
+            engine.notify(conn, wake(user_id))
         return appended
-    return (await append_many_postgres(conn, _APPEND_MANY_POSTGRES, rows))[0]
+    return (await append_many_postgres(conn, _APPEND_MANY_POSTGRES, rows, wake))[0]
 
 
 async def append_many_postgres(
-    conn: AsyncConnection, query: direct.Query, rows: Sequence[tuple[str, str, str, str, str]]
+    conn: AsyncConnection, query: direct.Query, rows: Sequence[tuple[str, str, str, str, str]], wake: Callable[[str], str]
 ) -> tuple[list[Message | None], Sequence[Sequence[object]]]:
     """:func:`append_many` on PostgreSQL with ``query`` (see :func:`appending_many`); also the
     rows it returned, for what it read beside the Messages."""
     if not rows:
         return [], []
     columns = {name: list(values) for name, values in zip(_ARRAYS, zip(*rows), strict=True)}
+    # Every User drafted: the statement sends nothing unless it writes a Message, and a wake-up of a
+    # User nobody holds reaches nobody.
+    woken = [engine.notify_in_statement(conn, wake(user_id)) for user_id in sorted({row[1] for row in rows})]
+    payloads = [payload for payload in woken if payload is not None]
     try:
-        returned = await direct.run(conn, query, **columns)
+        returned = await direct.run(conn, query, channel=notifications.PG_CHANNEL, payloads=payloads, **columns)
     except _UNIQUE_VIOLATIONS as exc:
         if _is_lost_race(exc):
             raise LostRace() from exc
