@@ -6,6 +6,7 @@ import asyncio
 import uuid
 
 import pytest
+import sqlalchemy as sa
 
 from agent_gateway import clock
 from agent_gateway.messages import service
@@ -245,3 +246,26 @@ async def test_a_written_message_wakes_its_users_streams_in_another_process_and_
 
 class Boom(Exception):
     pass
+
+
+async def test_an_answer_written_beside_a_writer_holding_the_users_log_takes_the_next_number(store: Store) -> None:
+    """On PostgreSQL the agent's answer is one statement committed alone, which takes the User's
+    lock: it waits for the holder, finds its number taken once the holder commits (its snapshot
+    predates that), and is run again (no 503). On SQLite it waits for the write lock, as every
+    writer does."""
+    writer = service.Writer(store)
+    user_id = await admit(store)
+    async with store.transaction() as holder:
+        first = await service.receive(holder, user_id, "first")
+        answering = asyncio.create_task(writer.send(user_id, "answer"))
+        if store.dialect == "postgresql":
+            await waiting_on_a_lock(store)
+            async with store.read() as conn:
+                waiting = (await conn.execute(sa.text(
+                    "SELECT query FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+                ))).scalars().all()
+            # The answer's INSERT itself waits, on the User's lock it takes: no statement before it.
+            assert len(waiting) == 1 and "FOR UPDATE" in waiting[0] and "INSERT INTO messages" in waiting[0]
+    answer = await answering
+    assert (first.seq, answer.seq) == (1, 2)
+    assert [(row["seq"], row["text"]) for row in await stored_messages(store)] == [(1, "first"), (2, "answer")]

@@ -25,7 +25,7 @@ from agent_gateway import clock, errors
 from agent_gateway.channels import outbox as channel_outbox
 from agent_gateway.ops import metrics
 from agent_gateway.signals import service as signals
-from agent_gateway.store import engine
+from agent_gateway.store import engine, notifications
 from agent_gateway.store.batch import Batcher
 from agent_gateway.store.engine import Store
 from agent_gateway.store.queries import channels as channel_queries
@@ -90,12 +90,7 @@ async def append_many(conn: AsyncConnection, drafts: Sequence[Draft]) -> list[Me
     """
     refused: list[errors.GatewayError | None] = [_refusal(draft.text) for draft in drafts]
     await queries.lock_logs(conn, user_ids=sorted({draft.user_id for draft in drafts}))
-    now = clock.now_iso()
-    rows = [
-        (str(uuid.uuid4()), draft.user_id, draft.direction, draft.text, now)
-        for draft, refusal in zip(drafts, refused, strict=True)
-        if refusal is None
-    ]
+    rows = _rows(drafts, refused)
     # Where a channel is served, PostgreSQL reads the outbound Messages' routes in the statement
     # that writes them (SQLite's statements cost no round trip: channels.outbox reads them after).
     routes = None
@@ -103,14 +98,7 @@ async def append_many(conn: AsyncConnection, drafts: Sequence[Draft]) -> list[Me
         written, routes = await channel_queries.append_many_routed(conn, rows, channel)
     else:
         written = await queries.append_many(conn, rows, channel)
-    appended = iter(written)
-    recorded: list[Message | errors.GatewayError] = []
-    for refusal in refused:
-        if refusal is not None:
-            recorded.append(refusal)
-            continue
-        message = next(appended)
-        recorded.append(UserNotFound() if message is None else message)
+    recorded = _placed(refused, written)
     received = [m.to_json() for m in recorded if isinstance(m, Message) and m.direction == INBOUND]
     if received:
         await signals.emit_many(conn, RECEIVED, received, origin=signals.MESSAGE, late=True)
@@ -127,23 +115,87 @@ async def append_many(conn: AsyncConnection, drafts: Sequence[Draft]) -> list[Me
     return recorded
 
 
+def _rows(drafts: Sequence[Draft], refused: Sequence[errors.GatewayError | None]) -> list[tuple[str, str, str, str, str]]:
+    """The rows to write (``store.queries.messages.append_many``) of the drafts not refused."""
+    now = clock.now_iso()
+    return [
+        (str(uuid.uuid4()), draft.user_id, draft.direction, draft.text, now)
+        for draft, refusal in zip(drafts, refused, strict=True)
+        if refusal is None
+    ]
+
+
+def _placed(refused: Sequence[errors.GatewayError | None], written: Sequence[Message | None]) -> list[Message | errors.GatewayError]:
+    """Each draft's outcome in its place: its refusal, its Message, or UserNotFound (no row written)."""
+    appended = iter(written)
+    recorded: list[Message | errors.GatewayError] = []
+    for refusal in refused:
+        if refusal is not None:
+            recorded.append(refusal)
+            continue
+        message = next(appended)
+        recorded.append(UserNotFound() if message is None else message)
+    return recorded
+
+
+# A statement written alone that lost the race for a number is run again: each loss means another
+# writer of the same User's log committed meanwhile, so a handful is more than contention makes.
+ALONE_ATTEMPTS = 5
+
+
 class Writer:
     """Records the Messages of concurrent requests, many to a transaction (see ``store.batch``)."""
 
     def __init__(self, store: Store) -> None:
+        self._store = store
         self._batcher: Batcher[Draft, Message] = Batcher(store, append_many)
+        self._alone: Batcher[Draft, Message] = Batcher(store, self._append_alone, alone=True)
 
     async def receive(self, user_id: str, text: str) -> Message:
         """:func:`receive` in a transaction of its own, shared with whoever writes at the same time."""
-        return await self._append(Draft(user_id, INBOUND, text))
+        return await self._append(Draft(user_id, INBOUND, text), self._batcher)
 
     async def send(self, user_id: str, text: str) -> Message:
         """:func:`send` in a transaction of its own, shared with whoever writes at the same time."""
-        return await self._append(Draft(user_id, OUTBOUND, text))
+        return await self._append(Draft(user_id, OUTBOUND, text), self._alone if self._sends_alone() else self._batcher)
 
-    async def _append(self, draft: Draft) -> Message:
+    def _sends_alone(self) -> bool:
+        """Whether outbound Messages are written by one statement that commits alone: on PostgreSQL,
+        where nothing is written with them (no chat channel, no webhook endpoint of
+        ``message.outbound``). BEGIN, the Users' lock and COMMIT are three round trips less on each
+        of the agent's answers."""
+        store = self._store
+        return store.dialect == "postgresql" and not store.channels and not store.webhook_urls.get(outbox.MESSAGE_OUTBOUND)
+
+    async def _append_alone(self, conn: AsyncConnection, drafts: Sequence[Draft]) -> list[Message | errors.GatewayError]:
+        """:func:`append_many` of outbound ``drafts`` on a connection of ``Store.alone`` (see
+        :meth:`_sends_alone`), when they are all one User's; else in a transaction of their own.
+
+        The statement takes the User's lock before it writes (``store.queries.messages.append_alone``);
+        with several Users' locks, taken within one statement in no order it could impose, two
+        writers could each wait on a lock the other holds."""
+        if len({draft.user_id for draft in drafts}) > 1:
+            async with self._store.transaction() as transaction:
+                return await append_many(transaction, drafts)
+        refused: list[errors.GatewayError | None] = [_refusal(draft.text) for draft in drafts]
+        rows = _rows(drafts, refused)
+        users = sorted({row[1] for row in rows})
+        payloads = [notifications.pg_payload(self._store.origin, channel(user_id)) for user_id in users]
+        for attempt in range(1, ALONE_ATTEMPTS + 1):
+            try:
+                written = await queries.append_alone(conn, rows, payloads)
+                break
+            except LostRace:  # nothing written: run again, with a snapshot that sees the other writer's
+                if attempt == ALONE_ATTEMPTS:
+                    raise
+        # Committed: this process's streams are woken here, the others' by the statement's NOTIFY.
+        for user_id in sorted({message.user_id for message in written if message is not None}):
+            self._store.publish(channel(user_id))
+        return _placed(refused, written)
+
+    async def _append(self, draft: Draft, batcher: Batcher[Draft, Message]) -> Message:
         try:
-            message = await self._batcher.submit(draft)
+            message = await batcher.submit(draft)
         except LostRace:
             metrics.message_write_conflicts.inc()
             raise

@@ -230,7 +230,8 @@ async def append_many_routed(
 ) -> tuple[list[message_queries.Message | None], dict[str, Route]]:
     """``store.queries.messages.append_many`` on PostgreSQL, and the :func:`routes` of the
     Users written to, as they are once these Messages are written: in one statement."""
-    appended, returned = await message_queries.append_many_postgres(conn, _APPEND_MANY_ROUTED, rows, wake)
+    payloads = message_queries.wakes(conn, rows, wake)
+    appended, returned = await message_queries.append_many_postgres(conn, _APPEND_MANY_ROUTED, rows, payloads)
     found: dict[str, Route] = {}
     for _, _, user_id, names, last_inbound, *conversation in returned:
         if names is not None and user_id not in found:

@@ -122,16 +122,20 @@ async def append(
 # On PostgreSQL one statement numbers a whole batch: each row is one past its User's
 # largest seq as the statement found it, plus its place among that User's rows here.
 _ARRAYS = ("ids", "user_ids", "directions", "texts", "created_ats")
-APPEND_MANY_POSTGRES = (
-    "INSERT INTO messages (id, user_id, direction, seq, text, created_at) "
-    "SELECT d.id, u.id, d.direction, "
-    "coalesce((SELECT max(m.seq) FROM messages AS m WHERE m.user_id = u.id), 0) "
-    "+ row_number() OVER (PARTITION BY u.id ORDER BY d.n), d.text, d.created_at "
-    "FROM unnest(:ids, :user_ids, :directions, :texts, :created_ats) "
-    "WITH ORDINALITY AS d(id, user_id, direction, text, created_at, n) "
-    "JOIN users AS u ON u.id = d.user_id "
-    "RETURNING id, seq, user_id"
-)
+def _append_many_postgres(users: str) -> str:
+    return (
+        "INSERT INTO messages (id, user_id, direction, seq, text, created_at) "
+        "SELECT d.id, u.id, d.direction, "
+        "coalesce((SELECT max(m.seq) FROM messages AS m WHERE m.user_id = u.id), 0) "
+        "+ row_number() OVER (PARTITION BY u.id ORDER BY d.n), d.text, d.created_at "
+        "FROM unnest(:ids, :user_ids, :directions, :texts, :created_ats) "
+        "WITH ORDINALITY AS d(id, user_id, direction, text, created_at, n) "
+        f"JOIN {users} AS u ON u.id = d.user_id "
+        "RETURNING id, seq, user_id"
+    )
+
+
+APPEND_MANY_POSTGRES = _append_many_postgres("users")
 
 
 # The streams of the Users written to are woken by the statement that writes their Messages, not
@@ -150,6 +154,26 @@ def appending_many(select: str) -> direct.Query:
 
 
 _APPEND_MANY_POSTGRES = appending_many("SELECT a.id, a.seq, a.user_id FROM appended AS a CROSS JOIN woken")
+# The same from the rows of the Users that it locks first (lock_logs, in the statement): written
+# alone, it waits for the User's other writers before it writes anything.
+_APPEND_ALONE = direct.Query(
+    sa.text(
+        "WITH locked AS MATERIALIZED (SELECT id FROM users WHERE id = ANY(:user_ids) ORDER BY id FOR UPDATE), "
+        f"appended AS ({_append_many_postgres('locked')}), {WOKEN} "
+        "SELECT a.id, a.seq, a.user_id FROM appended AS a CROSS JOIN woken"
+    ).bindparams(*(sa.bindparam(name, type_=postgresql.ARRAY(sa.Text)) for name in _ARRAYS))
+)
+
+
+async def append_alone(
+    conn: AsyncConnection, rows: Sequence[tuple[str, str, str, str, str]], payloads: Sequence[str]
+) -> list[Message | None]:
+    """:func:`append_many` of one User's ``rows`` on PostgreSQL as one statement that commits
+    alone (``Store.alone``), the User's lock (:func:`lock_logs`) taken in it before it writes. Its
+    snapshot is taken as it starts, so a writer that held the lock meanwhile may have committed
+    the number it finds free: it then raises :class:`LostRace` having written nothing, and is
+    simply run again."""
+    return (await append_many_postgres(conn, _APPEND_ALONE, rows, payloads))[0]
 
 
 async def append_many(
@@ -171,23 +195,28 @@ async def append_many(
         for user_id in sorted({message.user_id for message in appended if message is not None}):
             engine.notify(conn, wake(user_id))
         return appended
-    return (await append_many_postgres(conn, _APPEND_MANY_POSTGRES, rows, wake))[0]
+    return (await append_many_postgres(conn, _APPEND_MANY_POSTGRES, rows, wakes(conn, rows, wake)))[0]
+
+
+def wakes(conn: AsyncConnection, rows: Sequence[tuple[str, str, str, str, str]], wake: Callable[[str], str]) -> list[str]:
+    """The NOTIFY payloads that wake the channels ``wake(user_id)`` of the Users of ``rows`` in
+    every process once ``conn``'s transaction commits (this process's at its commit). Every User
+    drafted: the statement sends nothing unless it writes a Message, and a wake-up of a User nobody
+    holds reaches nobody."""
+    woken = [engine.notify_in_statement(conn, wake(user_id)) for user_id in sorted({row[1] for row in rows})]
+    return [payload for payload in woken if payload is not None]
 
 
 async def append_many_postgres(
-    conn: AsyncConnection, query: direct.Query, rows: Sequence[tuple[str, str, str, str, str]], wake: Callable[[str], str]
+    conn: AsyncConnection, query: direct.Query, rows: Sequence[tuple[str, str, str, str, str]], payloads: Sequence[str]
 ) -> tuple[list[Message | None], Sequence[Sequence[object]]]:
-    """:func:`append_many` on PostgreSQL with ``query`` (see :func:`appending_many`); also the
-    rows it returned, for what it read beside the Messages."""
+    """:func:`append_many` on PostgreSQL with ``query`` (see :func:`appending_many`), sending the
+    NOTIFY ``payloads``; also the rows it returned, for what it read beside the Messages."""
     if not rows:
         return [], []
     columns = {name: list(values) for name, values in zip(_ARRAYS, zip(*rows), strict=True)}
-    # Every User drafted: the statement sends nothing unless it writes a Message, and a wake-up of a
-    # User nobody holds reaches nobody.
-    woken = [engine.notify_in_statement(conn, wake(user_id)) for user_id in sorted({row[1] for row in rows})]
-    payloads = [payload for payload in woken if payload is not None]
     try:
-        returned = await direct.run(conn, query, channel=notifications.PG_CHANNEL, payloads=payloads, **columns)
+        returned = await direct.run(conn, query, channel=notifications.PG_CHANNEL, payloads=list(payloads), **columns)
     except _UNIQUE_VIOLATIONS as exc:
         if _is_lost_race(exc):
             raise LostRace() from exc
