@@ -14,6 +14,9 @@ import pytest
 from tests import served
 from tests.sandbox.conftest import ANSWER_DEADLINE_S, Conversation
 
+# A worker process beside the api one: its ops listener off, so that it binds nothing of the api's.
+WORKER_OPS_OFF = {"AGENT_GATEWAY_OPS_LISTEN": ""}
+
 pytestmark = [pytest.mark.processes, pytest.mark.usefixtures("bwrap")]
 
 CONFINED = "INFO agent_gateway.sandbox.choose: the agent program runs confined by bubblewrap"
@@ -42,19 +45,17 @@ def test_a_worker_process_confines_the_agent_and_relays_to_the_api_process(datab
     assert served.run_cli("init", str(directory), config=directory / "gateway.toml").returncode == 0
     env = {
         "AGENT_GATEWAY_DATABASE_URL": database_url,
-        "AGENT_GATEWAY_PUBLIC_LISTEN": f"127.0.0.1:{served.free_port()}",
-        "AGENT_GATEWAY_AGENT_LISTEN": f"127.0.0.1:{served.free_port()}",
         "AGENT_GATEWAY_AUTH_SCRYPT_LOGN": "10",
         "AGENT_GATEWAY_RUNTIME_SANDBOX": "bubblewrap",
     }
-    api = served.ServedGateway.spawn(directory, env, args=("--role", "api"))
+    api = served.ServedGateway.spawn_on_free_ports(directory, env, ("--role", "api"))
     worker: subprocess.Popen[bytes] | None = None
     log = directory / "worker.log"
     try:
         with open(log, "wb") as out:
             worker = subprocess.Popen(
                 [sys.executable, "-m", "agent_gateway", "serve", "--role", "worker"],
-                env=served.cli_env(api.config, env), stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                env=served.cli_env(api.config, {**api.env, **WORKER_OPS_OFF}), stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
             )
         conversation = Conversation(api)
         conversation.say("from far away")

@@ -13,6 +13,9 @@ import pytest
 
 from tests import served
 
+# A worker process beside the api one: its ops listener off, so that it binds nothing of the api's.
+WORKER_OPS_OFF = {"AGENT_GATEWAY_OPS_LISTEN": ""}
+
 pytestmark = pytest.mark.e2e
 
 DEADLINE_S = 300
@@ -23,8 +26,6 @@ def _deployment(directory: Path, database_url: str) -> dict[str, str]:
     assert init.returncode == 0, init.stderr
     return {
         "AGENT_GATEWAY_DATABASE_URL": database_url,
-        "AGENT_GATEWAY_PUBLIC_LISTEN": f"127.0.0.1:{served.free_port()}",
-        "AGENT_GATEWAY_AGENT_LISTEN": f"127.0.0.1:{served.free_port()}",
         "AGENT_GATEWAY_AUTH_SCRYPT_LOGN": "10",
     }
 
@@ -58,7 +59,7 @@ async def test_api_and_worker_processes_split_the_work(tmp_path: Path, database_
     """An ``api`` process records the Message and its Signal; only a ``worker`` process runs it."""
     directory = tmp_path / "deployment"
     env = _deployment(directory, database_url)
-    api = served.ServedGateway.spawn(directory, env, args=("--role", "api"))
+    api = served.ServedGateway.spawn_on_free_ports(directory, env, ("--role", "api"))
     worker: subprocess.Popen[bytes] | None = None
     try:
         user = api.cli_json("users", "add")["id"]
@@ -76,7 +77,7 @@ async def test_api_and_worker_processes_split_the_work(tmp_path: Path, database_
             with open(log, "wb") as out:
                 worker = subprocess.Popen(
                     [sys.executable, "-m", "agent_gateway", "serve", "--role", "worker"],
-                    env=served.cli_env(api.config, env),
+                    env=served.cli_env(api.config, {**api.env, **WORKER_OPS_OFF}),
                     stdout=out,
                     stderr=subprocess.STDOUT,
                     start_new_session=True,
