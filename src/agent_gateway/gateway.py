@@ -289,7 +289,6 @@ class Gateway:
         self.store.listen()
         if "api" in self.roles:
             self.streams.start()
-            await self.mcp.start()
         if self.observers:
             self._flush_task = asyncio.create_task(self._flush_metrics_forever(), name="metrics flush")
         if self.schedule_timer is not None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -167,3 +169,49 @@ async def test_clients_that_go_away_mid_call_leave_the_server_healthy(served_gat
         assert httpx.get(f"{url}/decisions/{published['seq']}").json() == published
     output = served_gateway.output()
     assert " ERROR " not in output and "Traceback" not in output, output
+
+
+# A gateway that starts, serves a Message and stops, then answers MCP's initialize on /mcp; it
+# prints whether the MCP SDK was imported before that request and after it.
+_LAZY_PROBE = """
+import asyncio, sys
+from pathlib import Path
+import httpx
+from agent_gateway import config
+from agent_gateway.gateway import Gateway
+from agent_gateway.users import service as users
+
+async def main(url, key):
+    settings = config.Settings(token_ttl_ms=3_600_000, database_url=url, signing_key_file=Path(key), scrypt=config.ScryptCost(log_n=4, block_size=8, parallelism=1))
+    gateway = Gateway(settings)
+    await gateway.start()
+    try:
+        async with gateway.store.transaction() as conn:
+            user = await users.admit(conn)
+        transport = httpx.ASGITransport(app=gateway.agent_app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://agent") as agent:
+            sent = await agent.post("/messages", json={"userId": user.id, "text": "hi"})
+            assert sent.status_code == 201, sent.text
+            before = "mcp" in sys.modules
+            answer = await agent.post("/mcp", headers={"Accept": "application/json, text/event-stream"}, json={
+                "jsonrpc": "2.0", "id": 1, "method": "initialize",
+                "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "probe", "version": "1"}},
+            })
+            print(before, answer.status_code, answer.json()["result"]["serverInfo"]["name"] != "", "mcp" in sys.modules)
+    finally:
+        await gateway.stop()
+
+asyncio.run(main(sys.argv[1], sys.argv[2]))
+"""
+
+
+def test_the_mcp_sdk_is_loaded_by_the_first_request_to_mcp_not_by_the_gateways_start(
+    database_url: str, signing_key_file: Path, tmp_path: Path
+) -> None:
+    """The SDK is about a third of a gateway's start, and many deployments never use /mcp."""
+    result = subprocess.run(
+        [sys.executable, "-c", _LAZY_PROBE, database_url, str(signing_key_file)],
+        capture_output=True, text=True, timeout=CALL_TIMEOUT_S, env=served.cli_env(tmp_path / "unused.toml"),
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["False", "200", "True", "True"]

@@ -13,7 +13,6 @@ from typing import Any
 
 from agent_gateway.agent.llm.__main__ import parser
 from agent_gateway.config import Settings
-from agent_gateway.mcp import tools
 from agent_gateway.signals.handlers import Handlers, TemplateHandler
 
 # The reference LLM agent, as ``runtime.command`` runs it: ``python -m agent_gateway.agent.llm ...``.
@@ -97,4 +96,7 @@ def _llm_agent(command: list[str], workdir: Path | None, schedules: bool) -> dic
         text: str | None = instructions.read_text()
     except (OSError, UnicodeDecodeError):
         text = None
+    # The MCP SDK, which the tools' definitions import: loaded only where the LLM agent runs.
+    from agent_gateway.mcp import tools
+
     return {"instructions": text, "model": args.model, "tools": sorted(tools.available(schedules=schedules))}

@@ -13,13 +13,18 @@ fast path in front of the FastAPI app; ``mcp.delivery``), so a tool answers
 exactly what its route answers. The endpoint sits inside the Agent server's
 app, so its body limit and connection limits hold here too; the strict query
 rule is applied here: ``/mcp`` takes no query parameter.
+
+The MCP SDK is loaded by the first request to ``/mcp``, not when the gateway starts:
+importing it (its pydantic models) is about a third of a gateway's start, for an
+endpoint many deployments never use.
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib
+from typing import TYPE_CHECKING
 
-from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from starlette.requests import ClientDisconnect, Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -27,8 +32,9 @@ from agent_gateway import errors
 from agent_gateway.config import Settings
 from agent_gateway.http import errors as http_errors
 from agent_gateway.http.routing import check_query
-from agent_gateway.mcp import delivery, tools
-from agent_gateway.mcp import server as mcp_server
+
+if TYPE_CHECKING:
+    from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
 PATH = "/mcp"
 _POST_ONLY = "this MCP endpoint is stateless: it takes POST only (no session to end, no stream to open)"
@@ -37,22 +43,15 @@ _POST_ONLY = "this MCP endpoint is stateless: it takes POST only (no session to 
 class Endpoint:
     """The ASGI app at ``/mcp``; ``routes`` is the Agent server's app its tools call.
 
-    ``start`` before serving and ``stop`` after: the SDK's session manager runs
+    ``stop`` after serving: the SDK's session manager, started by the first request, runs
     the per-request MCP servers in a task group of its own.
     """
 
     def __init__(self, routes: ASGIApp, settings: Settings) -> None:
-        available = tools.available(schedules=settings.scheduler_agent_routes)
-        server = mcp_server.build(delivery.in_process(routes), available)
-        self.manager = StreamableHTTPSessionManager(
-            app=server,
-            json_response=True,
-            stateless=True,
-            max_request_body_size=settings.max_body_bytes,
-            # The Agent server's trust: no authentication, loopback by default, no
-            # Host or Origin rule the spec's routes do not have either.
-            security_settings=None,
-        )
+        self._routes = routes
+        self._settings = settings
+        self.manager: StreamableHTTPSessionManager | None = None
+        self._starting = asyncio.Lock()
         self._stopping = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
@@ -76,14 +75,28 @@ class Endpoint:
             body = await Request(scope, receive).body()
         except ClientDisconnect:
             return
-        await self.manager.handle_request(scope, _replaying(body, receive), send)
+        if self._stopping.is_set():  # stopped: no session manager to start again
+            await http_errors.error_response(503, "the gateway is stopping")(scope, receive, send)
+            return
+        manager = self.manager or await self._start()
+        await manager.handle_request(scope, _replaying(body, receive), send)
 
-    async def start(self) -> None:
-        """Run the session manager until :meth:`stop`."""
+    async def _start(self) -> StreamableHTTPSessionManager:
+        """Load the SDK (in a thread: the loop goes on serving meanwhile), build the session
+        manager and run it until :meth:`stop`; once, whoever asks first."""
+        async with self._starting:
+            if self.manager is None:
+                sessions = await asyncio.to_thread(importlib.import_module, "agent_gateway.mcp.sessions")
+                manager = sessions.manager(self._routes, self._settings)
+                await self._run(manager)
+                self.manager = manager
+        return self.manager
+
+    async def _run(self, manager: StreamableHTTPSessionManager) -> None:
         started = asyncio.Event()
 
         async def run() -> None:
-            async with self.manager.run():
+            async with manager.run():
                 started.set()
                 await self._stopping.wait()
 

@@ -1,0 +1,24 @@
+"""The MCP SDK's side of ``/mcp`` (``mcp.endpoint``), imported by its first request."""
+
+from __future__ import annotations
+
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from starlette.types import ASGIApp
+
+from agent_gateway.config import Settings
+from agent_gateway.mcp import delivery, tools
+from agent_gateway.mcp import server as mcp_server
+
+
+def manager(routes: ASGIApp, settings: Settings) -> StreamableHTTPSessionManager:
+    """The SDK's session manager of the gateway's tools, calling the Agent server's ``routes``."""
+    available = tools.available(schedules=settings.scheduler_agent_routes)
+    return StreamableHTTPSessionManager(
+        app=mcp_server.build(delivery.in_process(routes), available),
+        json_response=True,
+        stateless=True,
+        max_request_body_size=settings.max_body_bytes,
+        # The Agent server's trust: no authentication, loopback by default, no
+        # Host or Origin rule the spec's routes do not have either.
+        security_settings=None,
+    )
