@@ -122,7 +122,10 @@ async def append(
 # On PostgreSQL one statement numbers a whole batch: each row is one past its User's
 # largest seq as the statement found it, plus its place among that User's rows here.
 _ARRAYS = ("ids", "user_ids", "directions", "texts", "created_ats")
+
+
 def _append_many_postgres(users: str) -> str:
+    """The batch's INSERT, its Users read from ``users`` (the table, or the rows a statement locked)."""
     return (
         "INSERT INTO messages (id, user_id, direction, seq, text, created_at) "
         "SELECT d.id, u.id, d.direction, "
@@ -135,34 +138,30 @@ def _append_many_postgres(users: str) -> str:
     )
 
 
-APPEND_MANY_POSTGRES = _append_many_postgres("users")
-
-
 # The streams of the Users written to are woken by the statement that writes their Messages, not
 # by a NOTIFY statement of their own before COMMIT (a round trip less): each statement around
-# APPEND_MANY_POSTGRES joins its rows with this, so PostgreSQL sends the notifications (at commit,
+# the batch's INSERT joins its rows with this, so PostgreSQL sends the notifications (at commit,
 # as every NOTIFY) whenever it writes a Message.
 WOKEN = "woken AS (SELECT count(pg_notify(:channel, payload)) FROM unnest(CAST(:payloads AS text[])) AS payload)"
 
 
-def appending_many(select: str) -> direct.Query:
-    """A statement around :data:`APPEND_MANY_POSTGRES` and :data:`WOKEN`: ``select`` reads the
-    written rows as ``appended AS a`` (each Message's id and seq first) joined with ``woken``; its
-    array parameters typed."""
-    sql = f"WITH appended AS ({APPEND_MANY_POSTGRES}), {WOKEN} {select}"
+# A statement written alone first locks the Users it writes to (lock_logs, in the statement), so
+# that it waits for their other writers before it writes anything.
+_LOCKED = "locked AS MATERIALIZED (SELECT id FROM users WHERE id = ANY(:user_ids) ORDER BY id FOR UPDATE), "
+
+
+def appending_many(select: str, *, locking: bool = False) -> direct.Query:
+    """A statement around the batch's INSERT (:func:`_append_many_postgres`) and :data:`WOKEN`:
+    ``select`` reads the written rows as ``appended AS a`` (each Message's id and seq first) joined
+    with ``woken``; its array parameters typed. ``locking``: the rows are written from the Users it locks first."""
+    users = "locked" if locking else "users"
+    sql = f"WITH {_LOCKED if locking else ''}appended AS ({_append_many_postgres(users)}), {WOKEN} {select}"
     return direct.Query(sa.text(sql).bindparams(*(sa.bindparam(name, type_=postgresql.ARRAY(sa.Text)) for name in _ARRAYS)))
 
 
-_APPEND_MANY_POSTGRES = appending_many("SELECT a.id, a.seq, a.user_id FROM appended AS a CROSS JOIN woken")
-# The same from the rows of the Users that it locks first (lock_logs, in the statement): written
-# alone, it waits for the User's other writers before it writes anything.
-_APPEND_ALONE = direct.Query(
-    sa.text(
-        "WITH locked AS MATERIALIZED (SELECT id FROM users WHERE id = ANY(:user_ids) ORDER BY id FOR UPDATE), "
-        f"appended AS ({_append_many_postgres('locked')}), {WOKEN} "
-        "SELECT a.id, a.seq, a.user_id FROM appended AS a CROSS JOIN woken"
-    ).bindparams(*(sa.bindparam(name, type_=postgresql.ARRAY(sa.Text)) for name in _ARRAYS))
-)
+_WRITTEN = "SELECT a.id, a.seq, a.user_id FROM appended AS a CROSS JOIN woken"
+_APPEND_MANY_POSTGRES = appending_many(_WRITTEN)
+_APPEND_ALONE = appending_many(_WRITTEN, locking=True)
 
 
 async def append_alone(
