@@ -16,6 +16,7 @@ import dataclasses
 import importlib
 import logging
 import pkgutil
+import uuid
 from typing import Any
 
 import httpx
@@ -24,12 +25,15 @@ import pytest
 from starlette.routing import Match
 
 import agent_gateway
-from agent_gateway import config, errors
+from agent_gateway import clock, config, errors
 from agent_gateway.auth import service as auth
 from agent_gateway.gateway import Gateway
 from agent_gateway.http.app import Router, fast_routes, router
 from agent_gateway.http.fastpath import FastPath
+from agent_gateway.signals import service as signals
+from agent_gateway.store.queries import runs as run_queries
 from agent_gateway.users import service as users
+from tests.signals.conftest import until
 
 ROUTED_JSON = {"Content-Type": "application/json; charset=utf-8"}
 
@@ -453,3 +457,33 @@ async def test_proofs(
     app = gateway.agent_asgi if server == "agent" else gateway.public_asgi
     assert (await asgi_get(app, "/decisions/3/proof", headers))["route"].path_format == "/decisions/{seq}/proof"
     assert "route" not in await asgi_get(app, "/checkpoint/consistency?from=2", headers)  # FastAPI's routing sets it
+
+
+async def test_listing_signals_and_runs(gateway: Gateway, agent: httpx.AsyncClient) -> None:
+    """The two lists agents poll: Signals (by kind) and Runs (by Signal)."""
+    async with gateway.store.transaction() as conn:
+        first = await signals.emit(conn, "fast.a", {"n": 1, "text": "é ✓ \u2028"})
+        await signals.emit(conn, "fast.b", [1, None, {"z": 2.5}])
+        await signals.emit(conn, "fast.a", "plain")
+        await run_queries.record(
+            conn, signal_id=first, prompts=[(str(uuid.uuid4()), f"s{n}", f"prompt {n}") for n in range(3)],
+            first_started_at=clock.now_iso(),
+        )
+
+    async def settled() -> bool:  # the worker fails them (no Handler): compare what no longer changes
+        return all(s["state"] == "failed" for s in (await agent.get("/signals")).json()["signals"])
+
+    await until(settled)
+    for query in ["", "limit=2", "kind=fast.a", "kind=fast.a&limit=1", "kind=", "kind=none", "kind=a%00b",
+                  "limit=0", "limit=201", "limit=x", "limit=02", "x=1"]:  # fmt: skip
+        assert_same_answer(*await get_both(agent, "/signals", query))
+    for query in ["", "limit=2", "signalId={id}", "signalId={ID}&limit=1", "signalId=x", "signalId=",
+                  "signalId=00000000-0000-4000-8000-000000000000", "limit=0", "x=1"]:  # fmt: skip
+        assert_same_answer(*await get_both(agent, "/runs", query.format(id=first, ID=first.upper())))
+    # Not started first, newest recorded first; then the started one.
+    listed = (await agent.get("/runs", params={"signalId": first})).json()["runs"]
+    assert [run["prompt"] for run in listed] == ["prompt 2", "prompt 1", "prompt 0"]
+    assert [s["kind"] for s in (await agent.get("/signals", params={"kind": "fast.a"})).json()["signals"]] == ["fast.a"] * 2
+    # Those answers were the fast path's (FastAPI's routing would have left the route in the scope).
+    for target in ("/signals?kind=fast.a", "/runs?limit=3", f"/runs?signalId={first}"):
+        assert "route" not in await asgi_get(gateway.agent_asgi, target, None)

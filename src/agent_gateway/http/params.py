@@ -26,8 +26,25 @@ CursorQuery = Annotated[str | None, Query(description=f"sequence number, 0..{win
 
 async def list_limit(limit: LimitQuery = None) -> int:
     """The ``limit`` of a list read: 1..200, default 50; above 200 is refused, not reduced."""
+    return _limit(limit)
+
+
+def _limit(limit: str | None) -> int:
     value = parse_int("limit", limit, 1, windows.MAX_LIMIT)
     return windows.DEFAULT_LIMIT if value is None else value
+
+
+def plain_limit(query: dict[str, str], *, also: frozenset[str]) -> int | None:
+    """The ``limit`` of a fast-path list read (``http.fastpath``); None when it is not plainly valid.
+
+    ``also`` names the route's other parameters, which the caller reads itself.
+    """
+    if not query.keys() <= {"limit"} | also:
+        return None
+    try:
+        return _limit(query.get("limit"))
+    except errors.InvalidInput:
+        return None
 
 
 async def cursor_window(after: CursorQuery = None, before: CursorQuery = None, limit: LimitQuery = None) -> windows.Window:

@@ -15,6 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agent_gateway import clock, errors
 from agent_gateway.store import engine
+from agent_gateway.store.engine import Store
 from agent_gateway.store.queries import runs as run_queries
 from agent_gateway.store.queries import signals as signal_queries
 from agent_gateway.store.queries.runs import Run
@@ -43,6 +44,8 @@ __all__ = [
     "get_signal",
     "list_runs",
     "list_signals",
+    "recent_runs",
+    "recent_signals",
     "recover",
 ]
 
@@ -120,6 +123,12 @@ async def list_signals(
     return await signal_queries.newest(conn, limit=limit, kind=kind, state=state)
 
 
+async def recent_signals(store: Store, limit: int, kind: str | None = None) -> list[Signal]:
+    """:func:`list_signals` without a state, outside any transaction (the Agent server's
+    ``GET /signals``, which agents poll)."""
+    return await signal_queries.recent(store, limit=limit, kind=kind)
+
+
 async def get_run(conn: AsyncConnection, run_id: str) -> Run:
     """The Run with ``run_id``; raises :class:`RunNotFound`."""
     run = await run_queries.get(conn, id=run_id)
@@ -134,6 +143,12 @@ async def list_runs(
     """Up to ``limit`` Runs, newest first by startedAt (not started first), of one Signal and
     one ``state`` when given."""
     return await run_queries.newest(conn, limit=limit, signal_id=signal_id, state=state)
+
+
+async def recent_runs(store: Store, limit: int, signal_id: str | None = None) -> list[Run]:
+    """:func:`list_runs` without a state, outside any transaction (the Agent server's
+    ``GET /runs``, which agents poll)."""
+    return await run_queries.recent(store, limit=limit, signal_id=signal_id)
 
 
 async def recover(conn: AsyncConnection) -> list[str]:

@@ -14,6 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agent_gateway import records
 from agent_gateway.store import direct
+from agent_gateway.store.engine import Store
 from agent_gateway.store.tables import runs, signals
 
 PENDING, RUNNING, DONE, FAILED = "pending", "running", "done", "failed"
@@ -133,9 +134,7 @@ async def get_many(conn: AsyncConnection, *, ids: Sequence[str]) -> list[Run]:
     return [Run.from_row(row) for row in await conn.execute(query)]
 
 
-async def newest(
-    conn: AsyncConnection, *, limit: int, signal_id: str | None = None, state: str | None = None
-) -> list[Run]:
+def _newest(*, limit: object, signal_id: object = None, state: object = None) -> sa.Select:
     """Newest first by startedAt; Runs not started yet come first, newest recorded first."""
     query = (
         sa.select(*_COLUMNS)
@@ -146,7 +145,30 @@ async def newest(
         query = query.where(runs.c.signal_id == signal_id)
     if state is not None:
         query = query.where(runs.c.state == state)
-    return [Run.from_row(row) for row in await conn.execute(query)]
+    return query
+
+
+async def newest(
+    conn: AsyncConnection, *, limit: int, signal_id: str | None = None, state: str | None = None
+) -> list[Run]:
+    """Up to ``limit`` Runs (:func:`_newest`'s order), of one Signal and one state when given."""
+    return [Run.from_row(row) for row in await conn.execute(_newest(limit=limit, signal_id=signal_id, state=state))]
+
+
+# The Agent server's GET /runs, which agents poll for their Runs: one statement straight on the
+# driver (see store.direct), outside any transaction.
+_LIMIT = sa.bindparam("limit", type_=sa.Integer)
+_RECENT = direct.Query(_newest(limit=_LIMIT))
+_RECENT_OF_SIGNAL = direct.Query(_newest(limit=_LIMIT, signal_id=sa.bindparam("signal_id")))
+
+
+async def recent(store: Store, *, limit: int, signal_id: str | None = None) -> list[Run]:
+    """:func:`newest` without a state, read outside any transaction."""
+    if signal_id is None:
+        rows = await store.fetch(_RECENT, limit=limit)
+    else:
+        rows = await store.fetch(_RECENT_OF_SIGNAL, limit=limit, signal_id=signal_id)
+    return [Run(*row) for row in rows]
 
 
 # The worker's writes, built once and run straight on the driver (see store.direct): they are its hot path.

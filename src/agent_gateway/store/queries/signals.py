@@ -186,15 +186,35 @@ async def get_many(conn: AsyncConnection, *, ids: Sequence[str]) -> list[Signal]
     return [Signal.from_row(row) for row in await conn.execute(query)]
 
 
-async def newest(
-    conn: AsyncConnection, *, limit: int, kind: str | None = None, state: str | None = None
-) -> list[Signal]:
+def _newest(*, limit: object, kind: object = None, state: object = None) -> sa.Select:
     query = sa.select(*_COLUMNS).order_by(*_NEWEST_FIRST).limit(limit)
     if kind is not None:
         query = query.where(signals.c.kind == kind)
     if state is not None:
         query = query.where(signals.c.state == state)
-    return [Signal.from_row(row) for row in await conn.execute(query)]
+    return query
+
+
+async def newest(
+    conn: AsyncConnection, *, limit: int, kind: str | None = None, state: str | None = None
+) -> list[Signal]:
+    return [Signal.from_row(row) for row in await conn.execute(_newest(limit=limit, kind=kind, state=state))]
+
+
+# The Agent server's GET /signals, which agents poll: one statement straight on the driver (see
+# store.direct), outside any transaction.
+_LIMIT = sa.bindparam("limit", type_=sa.Integer)
+_RECENT = direct.Query(_newest(limit=_LIMIT))
+_RECENT_OF_KIND = direct.Query(_newest(limit=_LIMIT, kind=sa.bindparam("kind")))
+
+
+async def recent(store: Store, *, limit: int, kind: str | None = None) -> list[Signal]:
+    """:func:`newest` without a state, read outside any transaction."""
+    if kind is None:
+        rows = await store.fetch(_RECENT, limit=limit)
+    else:
+        rows = await store.fetch(_RECENT_OF_KIND, limit=limit, kind=kind)
+    return [Signal.from_driver(row) for row in rows]
 
 
 async def count_by_state(conn: AsyncConnection) -> dict[str, int]:
