@@ -21,8 +21,9 @@ the demo echo agent kept warm under the persistent runtime), measured in alterna
    second without.
 
 On a shared machine a round's figures swing with the other work: the summary takes the median
-of the rounds, and the CPU per Run, which the other work hardly moves, says what the ledger's
-write costs the gateway.
+of the rounds and the ratio of their sums, with the interval the sums' ratio falls in when the
+rounds are resampled (a bootstrap: what the swings leave uncertain), and the CPU per Run says
+what the ledger's write costs the gateway.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import random
 import statistics
 from pathlib import Path
 
@@ -83,14 +85,29 @@ def compare(backend: str, other: Path | None, rounds: int, samples: int, total: 
             raise SystemExit(f"the ledgers hold {sizes} entries: not the comparison intended")
     added = statistics.median(p50["ledger"]) - statistics.median(p50["without"])
     per_round = sorted(a / b for a, b in zip(rate["ledger"], rate["without"], strict=True))
+    low, high = interval(rate["ledger"], rate["without"])
     cpu_with, cpu_without = statistics.median(cpu_ms["ledger"]), statistics.median(cpu_ms["without"])
     print(
         f"[{backend}] over {rounds} alternating rounds: round trip p50 {statistics.median(p50['ledger']):.2f} ms "
         f"with the ledger, {statistics.median(p50['without']):.2f} ms without ({added:+.2f} ms); "
         f"Runs/s median round {statistics.median(per_round):.1%} of without ({per_round[0]:.0%}-{per_round[-1]:.0%}), "
-        f"{sum(rate['ledger']) / sum(rate['without']):.1%} on the sums; CPU per Run {cpu_with:.2f} ms with, "
+        f"{sum(rate['ledger']) / sum(rate['without']):.1%} on the sums ({low:.1%}-{high:.1%} in 95 % of resamplings "
+        f"of the rounds); CPU per Run {cpu_with:.2f} ms with, "
         f"{cpu_without:.2f} ms without ({cpu_without / cpu_with:.1%} of with: the Runs/s the CPU allows)"
     )
+
+
+def interval(with_: list[float], without: list[float], resamplings: int = 2000) -> tuple[float, float]:
+    """Where the ratio of the sums falls in the middle 95 % of the rounds resampled with
+    replacement (a bootstrap): how far the machine's swings leave the figure uncertain. Seeded,
+    so the same rounds give the same interval."""
+    rng = random.Random(0)
+    rounds = range(len(with_))
+    ratios = sorted(
+        sum(with_[n] for n in picked) / sum(without[n] for n in picked)
+        for picked in (rng.choices(rounds, k=len(with_)) for _ in range(resamplings))
+    )
+    return ratios[int(resamplings * 0.025)], ratios[int(resamplings * 0.975) - 1]
 
 
 def ledger_size(served: ServedGateway) -> int:
