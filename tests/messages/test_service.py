@@ -8,11 +8,13 @@ import uuid
 import pytest
 import sqlalchemy as sa
 
-from agent_gateway import clock
+from agent_gateway import clock, jsontext
 from agent_gateway.messages import service
+from agent_gateway.signals import service as signals
 from agent_gateway.store import engine as engine_module
 from agent_gateway.store.engine import Store
 from agent_gateway.store.queries import messages as queries
+from agent_gateway.store.queries import signals as signal_queries
 from agent_gateway.store.window import Window
 from agent_gateway.users import service as users
 
@@ -269,3 +271,49 @@ async def test_an_answer_written_beside_a_writer_holding_the_users_log_takes_the
     answer = await answering
     assert (first.seq, answer.seq) == (1, 2)
     assert [(row["seq"], row["text"]) for row in await stored_messages(store)] == [(1, "first"), (2, "answer")]
+
+
+async def test_an_inbound_message_written_beside_a_holder_writes_its_signal_as_a_transaction_does(
+    store: Store, database_url: str
+) -> None:
+    """On PostgreSQL a User's inbound Message (where no ``message.inbound`` webhook is served) is
+    one statement committed alone that also writes its Signal: the Signal's payload is the text a
+    transaction writes, byte for byte, with the number the statement gave, and the Signal Worker
+    of another process is woken. On SQLite the transaction writes them, as for every writer."""
+    other = Store(database_url)  # another process's, where the Signal Worker may lead
+    probe, woken = other.subscribe("probe"), other.subscribe(signals.CHANNEL)
+    other.listen()
+    writer = service.Writer(store)
+    user_id = await admit(store)
+    try:
+        if other.dialect == "postgresql":
+            async with asyncio.timeout(WAKE_CEILING_S):  # connected: every channel woken once
+                await probe.wait(None)
+                await woken.wait(None)
+        async with store.transaction() as holder:
+            first = await service.receive(holder, user_id, "first")
+            receiving = asyncio.create_task(writer.receive(user_id, 'second "quoted" \\ é\n\u2028'))
+            if store.dialect == "postgresql":
+                await waiting_on_a_lock(store)
+                async with store.read() as conn:
+                    waiting = (await conn.execute(sa.text(
+                        "SELECT query FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+                    ))).scalars().all()
+                assert len(waiting) == 1 and all(
+                    part in waiting[0] for part in ("FOR UPDATE", "INSERT INTO messages", "INSERT INTO signals")
+                )
+        second = await receiving
+        assert (first.seq, second.seq) == (1, 2)
+        async with asyncio.timeout(WAKE_CEILING_S):
+            assert await woken.wait(None) is True
+        async with store.read() as conn:
+            stored = (await conn.execute(sa.text("SELECT kind, payload, state, origin FROM signals ORDER BY position"))).all()
+        assert [tuple(row) for row in stored] == [
+            ("message.received", jsontext.dumps(message.to_json()).decode(), "pending", "message")
+            for message in (first, second)
+        ]
+        emitted = (await stored_signals(store))[1]["emitted_at"]
+        found = await signal_queries.carrying(store, kind="message.received", since=emitted, until=emitted, payload_id=second.id)
+        assert found is not None and found.payload == second.to_json()
+    finally:
+        await other.close()

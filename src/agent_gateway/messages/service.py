@@ -21,7 +21,7 @@ from collections.abc import Sequence
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from agent_gateway import clock, errors
+from agent_gateway import clock, errors, jsontext
 from agent_gateway.channels import outbox as channel_outbox
 from agent_gateway.ops import metrics
 from agent_gateway.signals import service as signals
@@ -125,6 +125,20 @@ def _rows(drafts: Sequence[Draft], refused: Sequence[errors.GatewayError | None]
     ]
 
 
+def _received(rows: Sequence[tuple[str, str, str, str, str]]) -> queries.Received:
+    """The pending Signals of inbound ``rows`` for the statement that writes them
+    (``store.queries.messages.append_alone``): each payload is the Message's record as
+    :func:`append_many` emits it, its text cut around the ``seq`` the statement will give it."""
+    emitted_at = clock.now_iso()
+    made = []
+    for id, user_id, direction, text, created_at in rows:
+        record = jsontext.dumps(Message(id, user_id, direction, 0, text, created_at).to_json()).decode()
+        # "seq" follows the id, the User's id and the direction, none of which can hold it.
+        before, _, after = record.partition('"seq":0')
+        made.append((str(uuid.uuid4()), id, before + '"seq":', after, emitted_at))
+    return queries.Received(RECEIVED, signals.MESSAGE, made)
+
+
 def _placed(refused: Sequence[errors.GatewayError | None], written: Sequence[Message | None]) -> list[Message | errors.GatewayError]:
     """Each draft's outcome in its place: its refusal, its Message, or UserNotFound (no row written)."""
     appended = iter(written)
@@ -149,27 +163,33 @@ class Writer:
     def __init__(self, store: Store) -> None:
         self._store = store
         self._batcher: Batcher[Draft, Message] = Batcher(store, append_many)
-        self._alone: Batcher[Draft, Message] = Batcher(store, self._append_alone, alone=True)
+        # One each way: a batch of one direction is one statement written alone.
+        self._alone = {
+            direction: Batcher(store, self._append_alone, alone=True) for direction in (INBOUND, OUTBOUND)
+        }
 
     async def receive(self, user_id: str, text: str) -> Message:
         """:func:`receive` in a transaction of its own, shared with whoever writes at the same time."""
-        return await self._append(Draft(user_id, INBOUND, text), self._batcher)
+        return await self._append(Draft(user_id, INBOUND, text))
 
     async def send(self, user_id: str, text: str) -> Message:
         """:func:`send` in a transaction of its own, shared with whoever writes at the same time."""
-        return await self._append(Draft(user_id, OUTBOUND, text), self._alone if self._sends_alone() else self._batcher)
+        return await self._append(Draft(user_id, OUTBOUND, text))
 
-    def _sends_alone(self) -> bool:
-        """Whether outbound Messages are written by one statement that commits alone: on PostgreSQL,
-        where nothing is written with them (no chat channel, no webhook endpoint of
-        ``message.outbound``). BEGIN, the Users' lock and COMMIT are three round trips less on each
-        of the agent's answers."""
+    def _alone_for(self, direction: str) -> bool:
+        """Whether Messages of ``direction`` are written by one statement that commits alone: on
+        PostgreSQL, where nothing else is written with them (no webhook endpoint of their event;
+        for outbound ones, no chat channel). BEGIN, the Users' lock and COMMIT, and for an inbound
+        Message the statement that writes its Signal, are round trips less on each."""
         store = self._store
-        return store.dialect == "postgresql" and not store.channels and not store.webhook_urls.get(outbox.MESSAGE_OUTBOUND)
+        if store.dialect != "postgresql" or (direction == OUTBOUND and store.channels):
+            return False
+        event = outbox.MESSAGE_INBOUND if direction == INBOUND else outbox.MESSAGE_OUTBOUND
+        return not store.webhook_urls.get(event)
 
     async def _append_alone(self, conn: AsyncConnection, drafts: Sequence[Draft]) -> list[Message | errors.GatewayError]:
-        """:func:`append_many` of outbound ``drafts`` on a connection of ``Store.alone`` (see
-        :meth:`_sends_alone`), when they are all one User's; else in a transaction of their own.
+        """:func:`append_many` of one direction's ``drafts`` on a connection of ``Store.alone`` (see
+        :meth:`_alone_for`), when they are all one User's; else in a transaction of their own.
 
         The statement takes the User's lock before it writes (``store.queries.messages.append_alone``);
         with several Users' locks, taken within one statement in no order it could impose, two
@@ -181,19 +201,26 @@ class Writer:
         rows = _rows(drafts, refused)
         users = sorted({row[1] for row in rows})
         payloads = [notifications.pg_payload(self._store.origin, channel(user_id)) for user_id in users]
+        received = None
+        if drafts[0].direction == INBOUND:  # and the Signal Worker, in every process, by the Signals'
+            received = _received(rows)
+            payloads.append(notifications.pg_payload(self._store.origin, signals.CHANNEL))
         for attempt in range(1, ALONE_ATTEMPTS + 1):
             try:
-                written = await queries.append_alone(conn, rows, payloads)
+                written = await queries.append_alone(conn, rows, payloads, received)
                 break
             except LostRace:  # nothing written: run again, with a snapshot that sees the other writer's
                 if attempt == ALONE_ATTEMPTS:
                     raise
-        # Committed: this process's streams are woken here, the others' by the statement's NOTIFY.
+        # Committed: this process's streams (and worker) are woken here, the others' by the statement's NOTIFY.
         for user_id in sorted({message.user_id for message in written if message is not None}):
             self._store.publish(channel(user_id))
+        if received is not None and any(message is not None for message in written):
+            self._store.publish(signals.CHANNEL)
         return _placed(refused, written)
 
-    async def _append(self, draft: Draft, batcher: Batcher[Draft, Message]) -> Message:
+    async def _append(self, draft: Draft) -> Message:
+        batcher = self._alone[draft.direction] if self._alone_for(draft.direction) else self._batcher
         try:
             message = await batcher.submit(draft)
         except LostRace:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import asyncpg
 import sqlalchemy as sa
@@ -15,6 +15,7 @@ from agent_gateway import errors, records
 from agent_gateway.store import direct, engine, notifications
 from agent_gateway.store import window as windows
 from agent_gateway.store.engine import Store
+from agent_gateway.store.queries import signals as signal_queries
 from agent_gateway.store.tables import messages, users
 
 # The (user_id, seq) primary key: a collision on it is a lost numbering race.
@@ -150,29 +151,71 @@ WOKEN = "woken AS (SELECT count(pg_notify(:channel, payload)) FROM unnest(CAST(:
 _LOCKED = "locked AS MATERIALIZED (SELECT id FROM users WHERE id = ANY(:user_ids) ORDER BY id FOR UPDATE), "
 
 
-def appending_many(select: str, *, locking: bool = False) -> direct.Query:
+def appending_many(select: str, *, locking: bool = False, also: str = "") -> direct.Query:
     """A statement around the batch's INSERT (:func:`_append_many_postgres`) and :data:`WOKEN`:
     ``select`` reads the written rows as ``appended AS a`` (each Message's id and seq first) joined
-    with ``woken``; its array parameters typed. ``locking``: the rows are written from the Users it locks first."""
+    with ``woken``; its array parameters typed. ``locking``: the rows are written from the Users it
+    locks first. ``also``: more WITH clauses, which may read ``appended``."""
     users = "locked" if locking else "users"
-    sql = f"WITH {_LOCKED if locking else ''}appended AS ({_append_many_postgres(users)}), {WOKEN} {select}"
+    sql = f"WITH {_LOCKED if locking else ''}appended AS ({_append_many_postgres(users)}), {WOKEN}{also} {select}"
     return direct.Query(sa.text(sql).bindparams(*(sa.bindparam(name, type_=postgresql.ARRAY(sa.Text)) for name in _ARRAYS)))
 
 
 _WRITTEN = "SELECT a.id, a.seq, a.user_id FROM appended AS a CROSS JOIN woken"
 _APPEND_MANY_POSTGRES = appending_many(_WRITTEN)
 _APPEND_ALONE = appending_many(_WRITTEN, locking=True)
+# The inbound Messages' pending Signals, written by the same statement: each payload is the
+# Message's record as the gateway writes it (jsontext), the number the statement gave the Message
+# put between the record's text before its seq and after it, so it is the text a Signal emitted
+# in a transaction would hold, byte for byte.
+_APPEND_RECEIVED_ALONE = appending_many(
+    _WRITTEN,
+    locking=True,
+    also=(
+        ", new_signals AS (INSERT INTO signals (id, kind, payload, emitted_at, state, origin) "
+        f"SELECT s.id, :signal_kind, s.before_seq || a.seq || s.after_seq, s.emitted_at, '{signal_queries.PENDING}', :signal_origin "
+        "FROM unnest(CAST(:signal_ids AS varchar[]), CAST(:signal_messages AS varchar[]), "
+        "CAST(:signal_before_seq AS text[]), CAST(:signal_after_seq AS text[]), CAST(:signal_emitted_at AS varchar[])) "
+        "WITH ORDINALITY AS s(id, message, before_seq, after_seq, emitted_at, n) "
+        "JOIN appended AS a ON a.id = s.message ORDER BY s.n)"
+    ),
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Received:
+    """The pending Signals of a statement's inbound Messages (:func:`append_alone`): for each
+    Message (by its id) the Signal's id, its payload's text around the Message's seq, and when."""
+
+    kind: str
+    origin: str
+    signals: Sequence[tuple[str, str, str, str, str]]  # (id, message id, before seq, after seq, emitted at)
+
+    def params(self) -> dict[str, object]:
+        columns = list(zip(*self.signals, strict=True))
+        return {
+            "signal_kind": self.kind, "signal_origin": self.origin,
+            **{
+                name: list(values) for name, values in zip(
+                    ("signal_ids", "signal_messages", "signal_before_seq", "signal_after_seq", "signal_emitted_at"),
+                    columns, strict=True,
+                )
+            },
+        }
 
 
 async def append_alone(
-    conn: AsyncConnection, rows: Sequence[tuple[str, str, str, str, str]], payloads: Sequence[str]
+    conn: AsyncConnection, rows: Sequence[tuple[str, str, str, str, str]], payloads: Sequence[str],
+    received: Received | None = None,
 ) -> list[Message | None]:
     """:func:`append_many` of one User's ``rows`` on PostgreSQL as one statement that commits
     alone (``Store.alone``), the User's lock (:func:`lock_logs`) taken in it before it writes. Its
     snapshot is taken as it starts, so a writer that held the lock meanwhile may have committed
     the number it finds free: it then raises :class:`LostRace` having written nothing, and is
-    simply run again."""
-    return (await append_many_postgres(conn, _APPEND_ALONE, rows, payloads))[0]
+    simply run again. ``received``: the inbound Messages' Signals, written by the statement too."""
+    if received is None or not received.signals:
+        return (await append_many_postgres(conn, _APPEND_ALONE, rows, payloads))[0]
+    return (await append_many_postgres(conn, _APPEND_RECEIVED_ALONE, rows, payloads, received.params()))[0]
 
 
 async def append_many(
@@ -207,15 +250,18 @@ def wakes(conn: AsyncConnection, rows: Sequence[tuple[str, str, str, str, str]],
 
 
 async def append_many_postgres(
-    conn: AsyncConnection, query: direct.Query, rows: Sequence[tuple[str, str, str, str, str]], payloads: Sequence[str]
+    conn: AsyncConnection, query: direct.Query, rows: Sequence[tuple[str, str, str, str, str]], payloads: Sequence[str],
+    params: Mapping[str, object] | None = None,
 ) -> tuple[list[Message | None], Sequence[Sequence[object]]]:
-    """:func:`append_many` on PostgreSQL with ``query`` (see :func:`appending_many`), sending the
-    NOTIFY ``payloads``; also the rows it returned, for what it read beside the Messages."""
+    """:func:`append_many` on PostgreSQL with ``query`` (see :func:`appending_many`) and its other
+    ``params``, sending the NOTIFY ``payloads``; also the rows it returned, for what it read beside the Messages."""
     if not rows:
         return [], []
     columns = {name: list(values) for name, values in zip(_ARRAYS, zip(*rows), strict=True)}
     try:
-        returned = await direct.run(conn, query, channel=notifications.PG_CHANNEL, payloads=list(payloads), **columns)
+        returned = await direct.run(
+            conn, query, channel=notifications.PG_CHANNEL, payloads=list(payloads), **columns, **(params or {})
+        )
     except _UNIQUE_VIOLATIONS as exc:
         if _is_lost_race(exc):
             raise LostRace() from exc
