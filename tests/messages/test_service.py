@@ -250,6 +250,16 @@ class Boom(Exception):
     pass
 
 
+async def the_waiting_statement(store: Store) -> str:
+    """The one statement waiting on a lock in ``store``'s database (PostgreSQL), once one waits."""
+    await waiting_on_a_lock(store)
+    async with store.read() as conn:
+        [waiting] = (await conn.execute(sa.text(
+            "SELECT query FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+        ))).scalars().all()
+    return waiting
+
+
 async def test_an_answer_written_beside_a_writer_holding_the_users_log_takes_the_next_number(store: Store) -> None:
     """On PostgreSQL the agent's answer is one statement committed alone, which takes the User's
     lock: it waits for the holder, finds its number taken once the holder commits (its snapshot
@@ -261,13 +271,9 @@ async def test_an_answer_written_beside_a_writer_holding_the_users_log_takes_the
         first = await service.receive(holder, user_id, "first")
         answering = asyncio.create_task(writer.send(user_id, "answer"))
         if store.dialect == "postgresql":
-            await waiting_on_a_lock(store)
-            async with store.read() as conn:
-                waiting = (await conn.execute(sa.text(
-                    "SELECT query FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
-                ))).scalars().all()
             # The answer's INSERT itself waits, on the User's lock it takes: no statement before it.
-            assert len(waiting) == 1 and "FOR UPDATE" in waiting[0] and "INSERT INTO messages" in waiting[0]
+            waiting = await the_waiting_statement(store)
+            assert "FOR UPDATE" in waiting and "INSERT INTO messages" in waiting
     answer = await answering
     assert (first.seq, answer.seq) == (1, 2)
     assert [(row["seq"], row["text"]) for row in await stored_messages(store)] == [(1, "first"), (2, "answer")]
@@ -294,14 +300,8 @@ async def test_an_inbound_message_written_beside_a_holder_writes_its_signal_as_a
             first = await service.receive(holder, user_id, "first")
             receiving = asyncio.create_task(writer.receive(user_id, 'second "quoted" \\ é\n\u2028'))
             if store.dialect == "postgresql":
-                await waiting_on_a_lock(store)
-                async with store.read() as conn:
-                    waiting = (await conn.execute(sa.text(
-                        "SELECT query FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
-                    ))).scalars().all()
-                assert len(waiting) == 1 and all(
-                    part in waiting[0] for part in ("FOR UPDATE", "INSERT INTO messages", "INSERT INTO signals")
-                )
+                waiting = await the_waiting_statement(store)
+                assert all(part in waiting for part in ("FOR UPDATE", "INSERT INTO messages", "INSERT INTO signals"))
         second = await receiving
         assert (first.seq, second.seq) == (1, 2)
         async with asyncio.timeout(WAKE_CEILING_S):

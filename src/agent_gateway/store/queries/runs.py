@@ -156,19 +156,17 @@ async def newest(
 
 
 # The Agent server's GET /runs, which agents poll for their Runs: one statement straight on the
-# driver (see store.direct), outside any transaction.
-_LIMIT = sa.bindparam("limit", type_=sa.Integer)
-_RECENT = direct.Query(_newest(limit=_LIMIT))
-_RECENT_OF_SIGNAL = direct.Query(_newest(limit=_LIMIT, signal_id=sa.bindparam("signal_id")))
+# driver (see store.direct), outside any transaction; without the Signal, then with it.
+_RECENT = tuple(
+    direct.Query(_newest(limit=sa.bindparam("limit", type_=sa.Integer), signal_id=of_signal))
+    for of_signal in (None, sa.bindparam("signal_id"))
+)
 
 
 async def recent(store: Store, *, limit: int, signal_id: str | None = None) -> list[Run]:
     """:func:`newest` without a state, read outside any transaction."""
-    if signal_id is None:
-        rows = await store.fetch(_RECENT, limit=limit)
-    else:
-        rows = await store.fetch(_RECENT_OF_SIGNAL, limit=limit, signal_id=signal_id)
-    return [Run(*row) for row in rows]
+    of_signal = {} if signal_id is None else {"signal_id": signal_id}
+    return [Run(*row) for row in await store.fetch(_RECENT[bool(of_signal)], limit=limit, **of_signal)]
 
 
 # The worker's writes, built once and run straight on the driver (see store.direct): they are its hot path.

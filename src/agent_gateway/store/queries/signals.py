@@ -202,19 +202,17 @@ async def newest(
 
 
 # The Agent server's GET /signals, which agents poll: one statement straight on the driver (see
-# store.direct), outside any transaction.
-_LIMIT = sa.bindparam("limit", type_=sa.Integer)
-_RECENT = direct.Query(_newest(limit=_LIMIT))
-_RECENT_OF_KIND = direct.Query(_newest(limit=_LIMIT, kind=sa.bindparam("kind")))
+# store.direct), outside any transaction; of any kind, then of one.
+_RECENT = tuple(
+    direct.Query(_newest(limit=sa.bindparam("limit", type_=sa.Integer), kind=of_kind))
+    for of_kind in (None, sa.bindparam("kind"))
+)
 
 
 async def recent(store: Store, *, limit: int, kind: str | None = None) -> list[Signal]:
     """:func:`newest` without a state, read outside any transaction."""
-    if kind is None:
-        rows = await store.fetch(_RECENT, limit=limit)
-    else:
-        rows = await store.fetch(_RECENT_OF_KIND, limit=limit, kind=kind)
-    return [Signal.from_driver(row) for row in rows]
+    of_kind = {} if kind is None else {"kind": kind}
+    return [Signal.from_driver(row) for row in await store.fetch(_RECENT[bool(of_kind)], limit=limit, **of_kind)]
 
 
 async def count_by_state(conn: AsyncConnection) -> dict[str, int]:
