@@ -7,7 +7,7 @@ Run's Prompt says: ``ok`` answers done; ``fail`` answers failed; ``garbage``
 writes a line that is not JSON; ``wrong-id`` answers done for another Run;
 ``exit`` writes to stderr and exits 3; ``hang`` answers done once
 RECORD.release exists; ``spawn`` starts a child that sleeps (``{"pid",
-"pidns"}`` in RECORD.child), then answers done. With ``exit-at-start`` it
+"pidns"}`` in RECORD.child), then answers done; ``spawn-stubborn`` likewise, its child ignoring SIGTERM. With ``exit-at-start`` it
 writes to stderr and exits 4 before reading anything.
 """
 
@@ -58,8 +58,15 @@ for line in sys.stdin:
         while not release.exists():
             time.sleep(0.05)
         answer({"type": "done", "run": run["id"]})
-    elif what == "spawn":
-        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    elif what in ("spawn", "spawn-stubborn"):
+        # A stubborn child ignores SIGTERM (as a sandbox's init does), and says so before the answer.
+        code = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print(flush=True); time.sleep(600)"
+        child = subprocess.Popen(
+            [sys.executable, "-c", code if what == "spawn-stubborn" else "import time; time.sleep(600)"],
+            stdout=subprocess.PIPE if what == "spawn-stubborn" else None,
+        )
+        if child.stdout is not None:
+            child.stdout.readline()
         record.with_name(record.name + ".child").write_text(json.dumps({"pid": child.pid, "pidns": PIDNS}))
         answer({"type": "done", "run": run["id"]})
     else:

@@ -266,6 +266,16 @@ async def test_close_stops_the_program_and_everything_it_started(agent: Agent, m
     await gone(child)
 
 
+async def test_close_stops_what_the_program_started_that_ignores_sigterm(agent: Agent, make: Any) -> None:
+    """The program exits at SIGTERM; what it started and ignores SIGTERM (as a sandbox's init
+    does, signalled from outside its PID namespace) is SIGKILLed with the rest of its group."""
+    runtime = make(agent.argv())
+    await runtime.run(a_run("spawn-stubborn"))
+    child = agent.child()
+    await runtime.close()
+    await gone(child)
+
+
 async def test_cancelling_a_run_stops_the_program(agent: Agent, make: Any) -> None:
     runtime = make(agent.argv())
     task = asyncio.create_task(runtime.run(a_run("hang")))

@@ -186,14 +186,19 @@ def failures_logged(run_id: str, program: str, logger: logging.Logger) -> Iterat
 
 
 async def terminate(process: asyncio.subprocess.Process) -> None:
-    """Stop the program's whole process group: SIGTERM, then SIGKILL after the grace period."""
+    """Stop the program's whole process group: SIGTERM, then SIGKILL after the grace period; and
+    SIGKILL to whatever of the group outlives its leader. A sandbox's init (bubblewrap's, the
+    first process of its PID namespace) ignores a SIGTERM from outside, and once the leader has
+    gone nothing else would stop it: it was seen left running, orphaned, after a test's gateway stopped."""
     for signum in (signal.SIGTERM, signal.SIGKILL):
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(process.pid, signum)
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(TERMINATE_GRACE_S):
                 await process.wait()
-            return
+            break
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)
 
 
 def _die_with(gateway_pid: int, sandbox: Sandbox | None):  # type: ignore[no-untyped-def]
