@@ -202,7 +202,7 @@ class Writer:
         users = sorted({row[1] for row in rows})
         payloads = [notifications.pg_payload(self._store.origin, channel(user_id)) for user_id in users]
         received = None
-        if drafts[0].direction == INBOUND:  # and the Signal Worker, in every process, by the Signals'
+        if drafts[0].direction == INBOUND:  # their Signals too, and the Signal Worker's wake-up
             received = _received(rows)
             payloads.append(notifications.pg_payload(self._store.origin, signals.CHANNEL))
         for attempt in range(1, ALONE_ATTEMPTS + 1):
