@@ -38,15 +38,12 @@ POSTGRES_CONNECTIONS = 4
 # whole file, and those calls were the tail of its latency. Address space only; what is
 # resident is the OS's page cache, shared with every process.
 SQLITE_MMAP_BYTES = 1 << 30
-# Every statement here (and every one the writing engine runs, store.engine) is an index
-# lookup, a range or a write whose plan does not depend on the values. A custom plan per
-# execution (PostgreSQL's default for the first runs of a prepared statement, and whenever it
-# estimates one cheaper) is planned again at each bind, which probes the index for the
-# column's actual bounds and costs more as the table grows: on a log of 1,000,000 Decisions,
-# a page read took 1.5x its time on 1,000; with the generic plan, the same. An inbound
-# Message's statement spent 0.55 ms of the server's time in its bind (its plan) and
-# 0.05 ms with the generic plan (the statement log, log_min_duration_statement = 0).
-GENERIC_PLANS = {"plan_cache_mode": "force_generic_plan"}
+# Every read here is one index lookup or range whose plan does not depend on the values.
+# A custom plan per execution (PostgreSQL's default for the first runs of a prepared
+# statement, and whenever it estimates one cheaper) probes the index for the column's
+# actual bounds while planning, which costs more as the table grows: on a log of
+# 1,000,000 Decisions, a page read took 1.5x its time on 1,000; with the generic plan, the same.
+_GENERIC_PLANS = {"plan_cache_mode": "force_generic_plan"}
 
 
 class Query:
@@ -181,7 +178,7 @@ class Reader:
                     self._postgres_dsn,
                     min_size=1,
                     max_size=POSTGRES_CONNECTIONS,
-                    server_settings=GENERIC_PLANS,
+                    server_settings=_GENERIC_PLANS,
                     reset=_nothing_to_reset,
                 )
         return self._pool

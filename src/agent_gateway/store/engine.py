@@ -76,8 +76,6 @@ def create_engine(
         )
         if database != ":memory:":  # an in-memory database is one connection, or each would see its own
             options["pool_size"] = SQLITE_POOL_SIZE
-    else:
-        options["connect_args"] = {"server_settings": direct.GENERIC_PLANS}
     engine = create_async_engine(
         async_url(url),
         # Every Store transaction ends in COMMIT or ROLLBACK, so the pool need not reset.
