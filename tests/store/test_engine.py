@@ -451,10 +451,17 @@ def test_upgrading_a_current_database_does_not_import_alembic(sqlite_url: str) -
 
 
 @pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
-async def test_direct_reads_on_postgresql_use_generic_plans(store: Store) -> None:
-    # A custom plan per execution costs more as a log grows (see store.direct).
-    [(mode,)] = await store.fetch(direct.Query(sa.text("SELECT current_setting('plan_cache_mode')")))
+async def test_direct_reads_and_statements_alone_on_postgresql_use_generic_plans(store: Store) -> None:
+    # A custom plan per execution costs more as a log grows, and is planned at each bind (see store.direct).
+    setting = direct.Query(sa.text("SELECT current_setting('plan_cache_mode')"))
+    [(mode,)] = await store.fetch(setting)
     assert mode == "force_generic_plan"
+    async with store.alone() as conn:
+        [(mode,)] = await direct.run(conn, setting)
+    assert mode == "force_generic_plan"
+    async with store.transaction() as conn:  # the writing transactions keep PostgreSQL's own choice
+        [(mode,)] = await direct.run(conn, setting)
+    assert mode == "auto"
 
 
 async def test_a_failed_statements_error_does_not_carry_its_values(store: Store) -> None:

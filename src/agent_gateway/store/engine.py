@@ -271,13 +271,15 @@ class Store:
             yield conn
 
     @contextlib.asynccontextmanager
-    async def alone(self) -> AsyncIterator[AsyncConnection]:
+    async def alone(self) -> AsyncIterator[AsyncConnection | direct.Alone]:
         """A connection whose statements each commit on their own, with no BEGIN or COMMIT: for
         a writer whose work is one statement (which is atomic alone), the transaction's fixed
-        cost less. Its statements go straight to the driver (:func:`.direct.run`); on SQLite
-        they take their turn behind this process's transactions, as a transaction does."""
+        cost less. Its statements go straight to the driver (:func:`.direct.run`): on PostgreSQL
+        on the reads' connections (:class:`.direct.Alone`); on SQLite they take their turn behind
+        this process's transactions, as a transaction does."""
         if self._sqlite_writer is None:
-            async with self._reader.connect() as conn:  # AUTOCOMMIT: direct.run sends no BEGIN
+            assert self._direct is not None  # PostgreSQL always has its reads' connections
+            async with self._direct.alone(self.engine.sync_engine) as conn:
                 yield conn
             return
         async with self._sqlite_writer, self.engine.connect() as conn:
