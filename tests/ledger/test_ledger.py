@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import datetime
 import hashlib
 import sys
 from pathlib import Path
@@ -218,3 +219,85 @@ def test_the_reference_llm_agent_is_entered_with_its_instructions_model_and_tool
     told = instructions.collect(other, Handlers(), object())
     assert told["agent"] is None
     assert told["runtime"]["files"][str(workspace / "told.md")] == hashlib.sha256(b"Be kind to everyone.\n").hexdigest()
+
+
+def _later(at: datetime.datetime, ms: int) -> str:
+    """The instant ``ms`` milliseconds after ``at``, as stored."""
+    return clock.format_instant(at + datetime.timedelta(milliseconds=ms))
+
+
+@pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
+async def test_a_signal_read_ahead_is_claimed_alone_only_while_it_is_the_oldest_pending(store: Store) -> None:
+    """The Signal Worker's claim of what it read ahead (PostgreSQL, one statement alone): it claims,
+    records the Runs and appends the first's entry only while the Signal is pending, none is older
+    and no other process appended; otherwise it writes nothing of them, and the ends it was given
+    are written all the same."""
+    from agent_gateway.store.queries import runs as run_queries
+    from agent_gateway.store.queries import signals as signal_queries
+
+    ledger_ = Ledger(store)
+    await ledger_.record_instructions({"handlers": []})  # as at start: the tree's prediction is primed
+    now = clock.now()
+    ids = [f"5d6f3c1e-0000-4000-8000-0000000001{n:02d}" for n in range(8)]
+    async with store.transaction() as conn:
+        for n, signal_id in enumerate(ids[:3]):
+            await signal_queries.insert(conn, id=signal_id, kind="k", payload={"n": n}, emitted_at=_later(now, 10 * n))
+
+    async def claim(queued: signal_queries.Queued, run_id: str, ending: dict[str, Any] | None = None) -> bool:
+        record = run_queries.to_record(signal_id=queued.signal.id, prompts=[(run_id, "s", "p")], first_started_at=clock.now_iso())
+        async with store.alone() as conn:
+            return await ledger_.claimed_ahead(conn, queued, record, record[0].started_at, ending)  # type: ignore[arg-type]
+
+    async def state(signal_id: str) -> tuple[str, list[str]]:
+        async with store.read() as conn:
+            signal = await signal_queries.get(conn, id=signal_id)
+        return signal.state, [run.state for run in await runs_of(store, signal_id)]  # type: ignore[union-attr]
+
+    first = await signal_queries.oldest_pending(store)
+    assert first is not None and first.signal.id == ids[0]
+    assert await claim(first, ids[3])
+    assert await state(ids[0]) == ("processing", ["running"])
+    assert [entry.get("run") for entry in await ledger(store)] == [None, ids[3]]
+
+    # Read ahead, then a Signal older than it is committed (emitted earlier, committed later): not claimed.
+    second = await signal_queries.oldest_pending(store)
+    assert second is not None and second.signal.id == ids[1]
+    async with store.transaction() as conn:
+        await signal_queries.insert(conn, id=ids[4], kind="k", payload={}, emitted_at=_later(now, 5))
+    ending = signal_queries.ending(
+        run_id=ids[3], run_error=None, ended_at=clock.now_iso(), signal_id=ids[0], signal_error=None,
+        signal_error_if_cancelled="cancelled",
+    )
+    assert not await claim(second, ids[5], ending)
+    assert await state(ids[1]) == ("pending", [])
+    assert await state(ids[0]) == ("done", ["done"])  # the ends were written all the same
+    assert len(await ledger(store)) == 2
+    # Nor one cancelled since it was read.
+    oldest = await signal_queries.oldest_pending(store)
+    assert oldest is not None and oldest.signal.id == ids[4]
+    async with store.transaction() as conn:
+        assert await signal_queries.cancel(conn, id=ids[4], error="cancelled") is not None
+    assert not await claim(oldest, ids[5])
+    assert await state(ids[4]) == ("failed", [])
+    # Nor when another process appended to the ledger since this one's last entry: its prediction fails.
+    other = Store(store.url)
+    try:
+        await Ledger(other).record_instructions({"handlers": ["changed"]})
+    finally:
+        await other.close()
+    second = await signal_queries.oldest_pending(store)
+    assert second is not None and second.signal.id == ids[1]
+    assert not await claim(second, ids[5])
+    assert await state(ids[1]) == ("pending", [])
+    # The claim in a transaction then reads the tree and goes on from it, gap-free.
+    async with store.transaction() as conn:
+        claimed = await signal_queries.claim_oldest(conn)
+        assert claimed is not None and claimed.id == ids[1]
+        record = run_queries.to_record(signal_id=ids[1], prompts=[(ids[5], "s", "p")], first_started_at=clock.now_iso())
+        await ledger_.started(conn, claimed, record[:1], record[0].started_at, record)  # type: ignore[arg-type]
+    assert [entry.get("run") for entry in await ledger(store)] == [None, ids[3], None, ids[5]]
+    # And the next claim alone predicts the tree again.
+    third = await signal_queries.oldest_pending(store)
+    assert third is not None and third.signal.id == ids[2]
+    assert await claim(third, ids[6])
+    assert [entry.get("run") for entry in await ledger(store)] == [None, ids[3], None, ids[5], ids[6]]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -360,17 +361,19 @@ async def test_a_worker_failure_mid_signal_still_ends_the_signal_and_its_runs(
     """Fault injection: recording a Run's end raises once; the Signal and the Run still end, saying why.
 
     A Run's end is recorded by ``runs.finish`` or, with its Signal's end and the next
-    claim, by ``signals.end_and_claim``: whichever is called first raises.
+    claim, by ``signals.end_and_claim``; on PostgreSQL, alone, by ``signals.end`` or, with the
+    claim of the Signal read ahead, by ``ledger.claim_ahead``: whichever is called first raises.
     """
+    from agent_gateway.store.queries import ledger as ledger_queries
     from agent_gateway.store.queries import runs as run_queries
     from agent_gateway.store.queries import signals as signal_queries
 
     failed = False
 
-    def failing_once(function: Any) -> Any:
+    def failing_once(function: Any, ends: Callable[..., bool] = lambda *args: True) -> Any:
         async def wrapper(*args: object, **kwargs: object) -> Any:
             nonlocal failed
-            if not failed:
+            if not failed and ends(*args):
                 failed = True
                 raise RuntimeError("injected")
             return await function(*args, **kwargs)
@@ -379,6 +382,11 @@ async def test_a_worker_failure_mid_signal_still_ends_the_signal_and_its_runs(
 
     monkeypatch.setattr(run_queries, "finish", failing_once(run_queries.finish))
     monkeypatch.setattr(signal_queries, "end_and_claim", failing_once(signal_queries.end_and_claim))
+    monkeypatch.setattr(signal_queries, "end", failing_once(signal_queries.end))
+    # claim_ahead(conn, queued, entry, record, ending): only a claim that ends a Run too.
+    monkeypatch.setattr(
+        ledger_queries, "claim_ahead", failing_once(ledger_queries.claim_ahead, lambda *args: args[4] is not None)
+    )
     gateway = await make_gateway(Recording(), register={"k": TemplateHandler("k", "x")})
     broken = await emit(gateway.store, "k", {})
     fine = await emit(gateway.store, "k", {})

@@ -3,7 +3,7 @@ starts it (so the ledger and the Runs never disagree), and reading its entries."
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -11,10 +11,12 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agent_gateway import clock, errors
 from agent_gateway.ledger import entries
+from agent_gateway.store import direct
 from agent_gateway.store import window as windows
 from agent_gateway.store.engine import Store
 from agent_gateway.store.queries import ledger as queries
 from agent_gateway.store.queries import runs as run_queries
+from agent_gateway.store.queries import signals as signal_queries
 from agent_gateway.store.queries import witnesses as witness_queries
 from agent_gateway.store.queries.runs import Run
 from agent_gateway.store.queries.signals import Signal
@@ -62,20 +64,31 @@ class Ledger:
         if not runs:
             await run_queries.insert(conn, record)
             return
+        await queries.append(conn, [self._entry(signal, run, started_at) for run in runs], record)
+
+    async def claimed_ahead(
+        self, conn: direct.Alone, queued: signal_queries.Queued, record: Sequence[Run], started_at: str,
+        ending: Mapping[str, object] | None = None,
+    ) -> bool:
+        """On PostgreSQL, alone: claim ``queued`` if it is still the oldest pending Signal, record its
+        Runs ``record`` with the first started at ``started_at`` and append that one's entry, in one
+        statement (``store.queries.ledger.claim_ahead``, which also ends what ``ending`` names); True
+        when it claimed."""
+        entry = self._entry(queued.signal, record[0], started_at)
+        return await queries.claim_ahead(conn, queued, entry, record, ending)
+
+    def _entry(self, signal: Signal, run: Run, started_at: str) -> queries.New:
         if self.instructions_seq is None:
             raise RuntimeError("the ledger records Runs once the instructions are recorded")
-        await queries.append(conn, [
-            queries.New(
-                entries.RUN,
-                entries.run(
-                    run_id=run.id, signal_id=signal.id, kind=signal.kind, origin=signal.origin, session=run.session,
-                    prompt=run.prompt, payload=signal.payload, instructions_seq=self.instructions_seq,
-                    started_at=started_at,
-                ),
-                run.id,
-            )
-            for run in runs
-        ], record)
+        return queries.New(
+            entries.RUN,
+            entries.run(
+                run_id=run.id, signal_id=signal.id, kind=signal.kind, origin=signal.origin, session=run.session,
+                prompt=run.prompt, payload=signal.payload, instructions_seq=self.instructions_seq,
+                started_at=started_at,
+            ),
+            run.id,
+        )
 
 
 async def read(store: Store, window: windows.Window) -> list[queries.Entry]:

@@ -20,6 +20,17 @@ at one commit per Signal; on PostgreSQL that transaction's ends and claim are on
 statement (``signals.end_and_claim``). Either way a Run is always recorded
 ``running`` before the agent sees its Prompt, and states stay one-way.
 
+On PostgreSQL, where each statement is a round trip, the worker reads ahead: while
+a Signal's last Run executes it reads the oldest pending Signal and renders its
+Prompts (an inline Handler's), and one statement that commits alone then ends the
+Run and its Signal, claims the one read if it is still the oldest pending, records
+its Runs, starts the first and appends its ledger entry
+(``store.queries.ledger.claim_ahead``); a claim after the queue was empty is that
+read and that statement. Where that statement claims nothing (another Signal came
+first, the ledger's prediction failed) the worker claims in a transaction as above.
+It does so whenever nothing else must be written with a step: no webhook endpoint of
+``run.ended`` or ``signal.failed``, no loop watching the ledger.
+
 Runs are serial across the gateway: one worker, one Run at a time. No
 timeouts are imposed. Logs carry ids, kinds, Sessions and states, never a
 Prompt, a payload or an error text (which may quote either).
@@ -44,12 +55,14 @@ from agent_gateway.ops import metrics
 from agent_gateway.runtimes.runtime import RunFailed, Runtime
 from agent_gateway.signals import service
 from agent_gateway.signals.handlers import Handlers, Prompt, TemplateFailed
+from agent_gateway.store import direct
 from agent_gateway.store.engine import Store
 from agent_gateway.store.notifications import Subscription
+from agent_gateway.store.queries import ledger as ledger_queries
 from agent_gateway.store.queries import runs as run_queries
 from agent_gateway.store.queries import signals as signal_queries
 from agent_gateway.store.queries.runs import Run
-from agent_gateway.store.queries.signals import Signal
+from agent_gateway.store.queries.signals import Queued, Signal
 from agent_gateway.store.vacuum import Vacuum
 from agent_gateway.webhooks import outbox
 
@@ -79,6 +92,8 @@ class Worker:
         self._vacuum = Vacuum(store, "signals")
         # The last claim found no Signal pending.
         self._queue_empty = False
+        # The read ahead while a Signal's last Run executes (PostgreSQL; see the module's docstring).
+        self._ahead: asyncio.Task[_Ahead | None] | None = None
         self.active = False
 
     def stop(self) -> None:
@@ -116,6 +131,9 @@ class Worker:
                 await subscription.wait(SWEEP_INTERVAL_S)
         finally:
             self.active = False
+            if self._ahead is not None:
+                self._ahead.cancel()
+                self._ahead = None
             await self._vacuum.close()
             self.store.unsubscribe(service.CHANNEL, subscription)
             self.store.unsubscribe(service.CANCEL_CHANNEL, self._cancels)
@@ -141,8 +159,7 @@ class Worker:
         claim found none, so does this (a claim again at once would find none either:
         a Signal emitted since wakes the subscription :meth:`run` waits on).
         """
-        async with self.store.transaction() as conn:
-            claimed = await self._claim(conn)
+        claimed = await self._claim_first()
         if claimed is None:
             return False
         _log_claimed(claimed)
@@ -155,6 +172,72 @@ class Worker:
                 await asyncio.shield(self._write(step))
                 claimed = None
         return not self._queue_empty
+
+    async def _claim_first(self) -> _Claimed | None:
+        """Claim the oldest pending Signal: by a read and one statement alone where it can, else in a transaction."""
+        if self._alone():
+            ahead = await self._read_ahead()
+            if ahead.queued is None:
+                self._queue_empty = True
+                return None
+            if ahead.runs:
+                async with self.store.alone() as conn:
+                    claimed = await self._claimed_ahead(conn, ahead, None)
+                if claimed is not None:
+                    return claimed
+        async with self.store.transaction() as conn:
+            return await self._claim(conn)
+
+    def _alone(self) -> bool:
+        """Whether a step may be one statement alone (PostgreSQL, nothing else written with it)."""
+        store = self.store
+        return (
+            store.dialect == "postgresql" and ledger_queries.CHANNEL not in store.watched
+            and not store.webhook_urls.get(outbox.RUN_ENDED) and not store.webhook_urls.get(outbox.SIGNAL_FAILED)
+        )
+
+    async def _read_ahead(self) -> _Ahead:
+        """The oldest pending Signal and, when its Handler is inline, its Runs (not yet recorded)."""
+        queued = await signal_queries.oldest_pending(self.store)
+        if queued is None:
+            return _Ahead(None)
+        handler = self.handlers.get(queued.signal.kind)
+        if not getattr(handler, "inline", False):
+            return _Ahead(queued)
+        try:
+            return _Ahead(queued, _runs(queued.signal, _checked(handler.handle(queued.signal))))  # type: ignore[union-attr]
+        except Exception:  # the claim in a transaction asks the Handler again, and records why
+            return _Ahead(queued)
+
+    async def _reading_ahead(self) -> _Ahead | None:
+        """:meth:`_read_ahead` as a task beside a Run; None when the read failed (the step then
+        claims in a transaction, which meets the same database)."""
+        try:
+            return await self._read_ahead()
+        except Exception as exc:
+            logger.warning(
+                "Signal Worker: cannot read the next Signal ahead: %s", type(exc).__name__,
+                extra={"action": "read_ahead_error"},
+            )
+            return None
+
+    async def _claimed_ahead(
+        self, conn: direct.Alone, ahead: _Ahead, ending: dict[str, str | None] | None
+    ) -> _Claimed | None:
+        """Claim what was read ahead, alone (``ahead.queued`` with its Runs), ending what ``ending``
+        names in the same statement; None when it claimed nothing."""
+        assert ahead.queued is not None and ahead.runs
+        now = clock.now_iso()
+        recorded = run_queries.to_record(
+            signal_id=ahead.queued.signal.id, prompts=[(run.id, run.session, run.prompt) for run in ahead.runs],
+            first_started_at=now,
+        )
+        # Claimed or not, the queue may hold more: the next claim reads it again.
+        self._queue_empty = False
+        if not await self.ledger.claimed_ahead(conn, ahead.queued, recorded, now, ending):
+            return None
+        self._vacuum.claimed()
+        return _Claimed(ahead.queued.signal, ahead.runs)
 
     async def _claim(self, conn: AsyncConnection) -> _Claimed | None:
         """Claim the oldest pending Signal, within ``conn``'s transaction.
@@ -222,7 +305,7 @@ class Worker:
                 if self._stop.is_set():
                     error = service.STOPPED_RUN_ERROR
                 else:
-                    error, cancelled = await self._execute(run)
+                    error, cancelled = await self._execute(run, ahead=run is runs[-1] and post is None)
             else:
                 if run is not None and cancelled:
                     run = None
@@ -248,7 +331,7 @@ class Worker:
                     cancelled, step = True, _Step(signal)
                     continue
                 started = time.perf_counter()
-                error, cancelled = await self._execute(run)
+                error, cancelled = await self._execute(run, ahead=run is runs[-1] and post is None)
             if error is not None:
                 failures.append((run, error))
                 stopped = stopped or self._stop.is_set()
@@ -264,9 +347,11 @@ class Worker:
         error = _signal_error(failures, len(runs), stopped, post_error)
         return await asyncio.shield(self._write(_Step(signal, end_signal=True, signal_error=error)))
 
-    async def _execute(self, run: Run) -> tuple[str | None, bool]:
+    async def _execute(self, run: Run, *, ahead: bool) -> tuple[str | None, bool]:
         """Hand a started Run to the runtime; return its error (None when done), and whether
-        the operator cancelled it."""
+        the operator cancelled it. ``ahead``: it is its Signal's last, so the next Signal is read meanwhile."""
+        if ahead and self._alone():
+            self._ahead = asyncio.create_task(self._reading_ahead(), name=f"read ahead of {run.id}")
         call = asyncio.create_task(self._call_runtime(run), name=f"run {run.id}")
         watching = asyncio.create_task(self._interrupted(run), name=f"stop or cancel of {run.id}")
         try:
@@ -331,26 +416,28 @@ class Worker:
         Returns the next Signal when the step ended this one and claimed another.
         """
         signal = step.signal
-        async with self.store.transaction() as conn:
-            now = clock.now_iso()
-            if step.ends_and_claims() and not self._stop.is_set():  # the usual step, in fewer statements
-                ended, error = step.ended  # type: ignore[misc]
-                claimed = await self._claimed(
-                    conn,
-                    await signal_queries.end_and_claim(
-                        conn, run_id=ended.id, run_error=_storable(error), ended_at=now, signal_id=signal.id,
-                        signal_error=_storable(step.signal_error),
-                        signal_error_if_cancelled=_storable(
-                            step.signal_error if step.cancelled else _with_cancel(step.signal_error, ended)
-                        ),
-                    ),
-                )
-                if not step.cancelled:  # a cancelled Run's end was reported by its cancel
-                    await outbox.runs_ended(conn, [ended.id])
-                if step.signal_error is not None or step.cancelled:
-                    await outbox.signals_failed(conn, [signal.id])
-            else:
-                claimed = await self._apply(conn, step, now)
+        ahead = await self._taken_ahead()
+        usual = step.ends_and_claims() and not self._stop.is_set()  # the usual step, in fewer statements
+        if usual and ahead is not None and self._alone():
+            async with self.store.alone() as alone:
+                ending = signal_queries.ending(**self._ends(step, clock.now_iso()))
+                if ahead.queued is not None and ahead.runs:
+                    claimed = await self._claimed_ahead(alone, ahead, ending)
+                else:
+                    await signal_queries.end(alone, ending)
+                    claimed, self._queue_empty = None, False  # the next claim reads the queue again
+        else:
+            async with self.store.transaction() as conn:
+                now = clock.now_iso()
+                if usual:
+                    ended = step.ended[0]  # type: ignore[index]
+                    claimed = await self._claimed(conn, await signal_queries.end_and_claim(conn, **self._ends(step, now)))
+                    if not step.cancelled:  # a cancelled Run's end was reported by its cancel
+                        await outbox.runs_ended(conn, [ended.id])
+                    if step.signal_error is not None or step.cancelled:
+                        await outbox.signals_failed(conn, [signal.id])
+                else:
+                    claimed = await self._apply(conn, step, now)
         if step.ended is not None:
             ended, error = step.ended
             state = run_queries.DONE if error is None else run_queries.FAILED
@@ -378,6 +465,23 @@ class Worker:
             _log_claimed(claimed)
         return claimed
 
+
+    async def _taken_ahead(self) -> _Ahead | None:
+        """What was read ahead beside the Run this step ends (None when nothing was, or the read failed)."""
+        ahead, self._ahead = self._ahead, None
+        return None if ahead is None else await ahead
+
+    @staticmethod
+    def _ends(step: _Step, now: str) -> dict[str, Any]:
+        """The ends of a usual step, its Run's and its Signal's, as ``signals.end_and_claim`` takes them."""
+        ended, error = step.ended  # type: ignore[misc]
+        return {
+            "run_id": ended.id, "run_error": _storable(error), "ended_at": now, "signal_id": step.signal.id,
+            "signal_error": _storable(step.signal_error),
+            "signal_error_if_cancelled": _storable(
+                step.signal_error if step.cancelled else _with_cancel(step.signal_error, ended)
+            ),
+        }
 
     async def _apply(self, conn: AsyncConnection, step: _Step, now: str) -> _Claimed | None:
         """The writes of ``step`` in ``conn``'s transaction, in order; the next Signal when it claims one."""
@@ -425,6 +529,15 @@ class Worker:
             if step.claim_next and not self._stop.is_set():
                 return await self._claim(conn)
         return None
+
+
+@dataclasses.dataclass
+class _Ahead:
+    """What the worker read ahead: the oldest pending Signal (None when none was), and its Runs,
+    not yet recorded, when its Handler is inline."""
+
+    queued: Queued | None
+    runs: list[Run] | None = None
 
 
 @dataclasses.dataclass

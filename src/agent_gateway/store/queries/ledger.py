@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -22,6 +22,7 @@ from agent_gateway.store import direct, engine
 from agent_gateway.store import window as windows
 from agent_gateway.store.engine import Store
 from agent_gateway.store.queries import runs as run_queries
+from agent_gateway.store.queries import signals as signal_queries
 from agent_gateway.store.queries import tree
 from agent_gateway.store.tables import INSTRUCTIONS_ONLY, ledger_entries, runs
 
@@ -71,6 +72,37 @@ _POSTGRES_DRAW_INSERT = direct.Query(sa.text(f"WITH {_DRAW_INSERT}"))
 _POSTGRES_RECORD_DRAW_INSERT = direct.Query(
     sa.text(f"WITH recorded AS ({run_queries.POSTGRES_INSERT}), {_DRAW_INSERT}")
 )
+
+
+def _claiming(ending: bool) -> direct.Query:
+    """The Signal Worker's claim of a Signal it read ahead (``signals.claiming``), with its Runs
+    recorded and the first's entry appended as :data:`_POSTGRES_RECORD_DRAW_INSERT` writes them,
+    in one PostgreSQL statement that commits alone; the Run and Signal before it ended in it too
+    when ``ending`` (``signals.ended``). One round trip where a transaction takes four. Nothing
+    is claimed, recorded or appended unless the draw is the predicted one, so the ledger and the
+    Runs never disagree; answers whether the Signal was claimed."""
+    draw = (
+        sa.text(
+            f"SELECT pg_advisory_xact_lock({_APPEND_LOCK_KEY}) AS locked, nextval('{POSTGRES_SEQUENCE}') AS n "
+            "FROM generate_series(1, :count)"
+        )
+        .columns(sa.column("n", sa.BigInteger))
+        .cte("d")
+        .prefix_with("MATERIALIZED")
+    )
+    hit = sa.select(sa.func.min(draw.c.n)).scalar_subquery() == sa.bindparam("expected", type_=sa.BigInteger)
+    claimed = signal_queries.claiming(hit)
+    written = [
+        sa.text(f"{insert} WHERE EXISTS (SELECT FROM claimed)").columns().cte(name)
+        for name, insert in (
+            ("recorded", run_queries.POSTGRES_INSERT), ("nodes", _POSTGRES_NODES), ("entries", _POSTGRES_ENTRIES)
+        )
+    ]
+    ends = signal_queries.ended() if ending else ()
+    return direct.Query(sa.select(sa.exists(claimed.select())).add_cte(*ends, draw, claimed, *written))
+
+
+_CLAIMING = {ending: _claiming(ending) for ending in (False, True)}
 _COLUMNS = (ledger_entries.c.seq, ledger_entries.c.kind, ledger_entries.c.leaf)
 _GET = direct.Query(sa.select(*_COLUMNS).where(ledger_entries.c.seq == sa.bindparam("number")))
 _LAST_INSTRUCTIONS = direct.Query(
@@ -165,6 +197,32 @@ async def _append_postgres(conn: AsyncConnection, new: Sequence[New], record: Se
     seqs = _seqs(growth, new)
     await direct.run(conn, _POSTGRES_INSERT, **_postgres_columns(growth, seqs, new))
     return seqs
+
+
+async def claim_ahead(
+    conn: direct.Alone, queued: signal_queries.Queued, new: New, record: Sequence[run_queries.Run],
+    ending: Mapping[str, object] | None = None,
+) -> bool:
+    """On PostgreSQL, alone: claim ``queued`` (read ahead) if it is still the oldest pending Signal,
+    record its Runs ``record`` (``run_queries.to_record``, the first started) and append the first's
+    entry ``new``, with one statement (:func:`_claiming`); True when it claimed. ``ending``
+    (``signals.ending``): the Run and Signal before it are ended by the statement too, claimed or not.
+
+    It claims nothing when this process's prediction of the tree fails (another process appended
+    since, or this one has not yet): the caller then claims in a transaction, as :func:`append`."""
+    predicted = TREE.predicted(conn, [new.leaf])
+    if predicted is None:
+        if ending is not None:
+            await signal_queries.end(conn, ending)
+        return False
+    [(claimed,)] = await direct.run(
+        conn, _CLAIMING[ending is not None], count=1, expected=predicted.first_number,
+        **_postgres_columns(predicted.growth, _seqs(predicted.growth, [new]), [new]),
+        **run_queries.postgres_columns(record), **queued.claim_params(), **(ending or {}),
+    )
+    if claimed:
+        TREE.committed(conn, predicted.after)
+    return bool(claimed)
 
 
 def _seqs(growth: tree.Growth, new: Sequence[New]) -> list[int]:

@@ -8,7 +8,7 @@ transition from the wrong state changes nothing and returns nothing.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -94,11 +94,11 @@ _FINISH = direct.Query(
 )
 
 
-def _end_and_claim() -> sa.Update:
-    """On PostgreSQL a Run's end, its Signal's end and the next claim are one statement: each
-    statement costs a round trip, most of what the worker waits for per Signal. The ends are
-    data-modifying CTEs, run once and to completion; every part sees the statement's one
-    snapshot, in which the ended Signal is processing, not pending, so it is never claimed.
+def ended() -> tuple[sa.CTE, sa.CTE]:
+    """A Run's end and its Signal's as data-modifying CTEs of a PostgreSQL statement (parameters
+    from :func:`ending`), run once and to completion whatever else it does; every part of it
+    sees its one snapshot, in which the ended Signal is processing, not pending, so it is never
+    claimed there.
 
     A Run the operator cancelled (no longer ``running``) is not ended again: then the Signal
     ends ``failed`` with ``signal_error_if_cancelled``, whatever the Run's program did.
@@ -118,10 +118,61 @@ def _end_and_claim() -> sa.Update:
         .returning(signals.c.id)
         .cte("ended_signal")
     )
-    return _claim("postgresql").add_cte(ended_run, ended_signal)
+    return ended_run, ended_signal
 
 
-_END_AND_CLAIM = direct.Query(_end_and_claim())
+# On PostgreSQL a Run's end, its Signal's end and the next claim are one statement: each
+# statement costs a round trip, most of what the worker waits for per Signal.
+_END_AND_CLAIM = direct.Query(_claim("postgresql").add_cte(*ended()))
+# The ends alone, for a worker that claims the next Signal by what it read ahead (signals.worker).
+_END = direct.Query(sa.select(sa.literal(True)).add_cte(*ended()))
+# The oldest pending Signal and its place in the queue, read outside any transaction.
+_OLDEST_PENDING = direct.Query(
+    sa.select(signals.c.position, *_COLUMNS).where(signals.c.state == PENDING).order_by(*_QUEUE_ORDER).limit(1)
+)
+
+
+def claiming(condition: sa.ColumnElement[bool]) -> sa.CTE:
+    """A PostgreSQL statement's claim of the Signal ``claim_id`` (parameters from
+    :func:`claim_params`) as a CTE ``claimed`` returning its id: only while it is pending, no
+    Signal pending is older (the queue's order holds however long ago it was read) and
+    ``condition`` holds. A Signal claimed so is the one :func:`claim_oldest` would have claimed."""
+    older = signals.alias("older")
+    queued_before = sa.tuple_(older.c.emitted_at, older.c.position) < sa.tuple_(
+        sa.bindparam("claim_emitted_at", type_=signals.c.emitted_at.type),
+        sa.bindparam("claim_position", type_=sa.BigInteger),
+    )
+    return (
+        signals.update()
+        .where(
+            signals.c.id == sa.bindparam("claim_id"), signals.c.state == PENDING, condition,
+            ~sa.exists().where(older.c.state == PENDING, queued_before),
+        )
+        .values(state=PROCESSING)
+        .returning(signals.c.id)
+        .cte("claimed")
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class Queued:
+    """A pending Signal as read, and its place in the queue (:func:`oldest_pending`)."""
+
+    signal: Signal
+    position: int
+
+    def claim_params(self) -> dict[str, object]:
+        """The parameters of :func:`claiming`."""
+        return {"claim_id": self.signal.id, "claim_emitted_at": self.signal.emitted_at, "claim_position": self.position}
+
+
+async def oldest_pending(store: Store) -> Queued | None:
+    """The oldest pending Signal, read outside any transaction (what :func:`claim_oldest` would claim now)."""
+    rows = await store.fetch(_OLDEST_PENDING)
+    if not rows:
+        return None
+    position, *columns = rows[0]
+    return Queued(Signal.from_driver(columns), int(position))
 
 
 async def insert(conn: AsyncConnection, *, id: str, kind: str, payload: Any, emitted_at: str, origin: str = OPERATOR) -> None:
@@ -251,10 +302,28 @@ async def end_and_claim(
             signal_error = signal_error_if_cancelled
         await finish(conn, id=signal_id, error=signal_error)
         return await claim_oldest(conn)
-    params = run_queries.finish_params(id=run_id, error=run_error, ended_at=ended_at) | _finish_params(signal_id, signal_error)
-    params["signal_error_if_cancelled"] = signal_error_if_cancelled
+    params = ending(
+        run_id=run_id, run_error=run_error, ended_at=ended_at, signal_id=signal_id, signal_error=signal_error,
+        signal_error_if_cancelled=signal_error_if_cancelled,
+    )
     rows = await direct.run(conn, _END_AND_CLAIM, **params)
     return Signal.from_driver(rows[0]) if rows else None
+
+
+def ending(
+    *, run_id: str, run_error: str | None, ended_at: str, signal_id: str, signal_error: str | None,
+    signal_error_if_cancelled: str,
+) -> dict[str, str | None]:
+    """The parameters of :func:`ended` (see :func:`end_and_claim`)."""
+    params = run_queries.finish_params(id=run_id, error=run_error, ended_at=ended_at) | _finish_params(signal_id, signal_error)
+    params["signal_error_if_cancelled"] = signal_error_if_cancelled
+    return params
+
+
+async def end(conn: direct.Alone, params: Mapping[str, object]) -> None:
+    """:func:`end_and_claim`'s ends (``params`` from :func:`ending`) without the claim, as one
+    PostgreSQL statement that commits alone."""
+    await direct.run(conn, _END, **params)
 
 
 async def fail_processing(conn: AsyncConnection, *, error: str) -> list[str]:

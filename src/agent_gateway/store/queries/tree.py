@@ -329,6 +329,10 @@ class Tree:
         engine = conn.sync_engine
         on_commit(conn, lambda: self._committed.__setitem__(engine, after))
 
+    def committed(self, conn: direct.Alone, after: _Committed) -> None:
+        """Keep ``after`` as this process's last committed growth: a statement alone on ``conn`` committed it."""
+        self._committed[conn.sync_engine] = after
+
     async def write(self, conn: AsyncConnection, growth: Growth) -> None:
         """Write ``growth``'s nodes (the Decision log does so on SQLite only: on PostgreSQL its
         Decisions' statement writes them, ``store.queries.decisions``)."""
