@@ -1,7 +1,7 @@
 """The agent kept warm: the demo echo agent under the persistent runtime, as ``init --demo-user`` deploys it.
 
     python -m bench.agent [--backend sqlite|postgresql|both] [--samples 60] [--burst 300] [--clients 16] [--kills 3]
-                          [--mode persistent|per-run]
+                          [--mode persistent|per-run] [--rounds N]
 
 Each backend gets a fresh real gateway (``bench.harness``: ``init``, then
 ``serve``, one process), and prints:
@@ -21,6 +21,12 @@ this host), so its poller may poll seldom: every 0.1 s, each User's log only
 past the last ``seq`` it saw.
 
 ``--mode per-run`` measures 1 and 2 with one echo process per Run instead, for comparison.
+
+``--rounds N`` (with ``--backend both``) compares the backends' bursts instead: a gateway on
+each, side by side, the burst measured on each in N alternating rounds (each goes first as
+often as the other), so a machine whose speed drifts over minutes drifts under both alike; it
+prints PostgreSQL's answered per second as a share of SQLite's, by the median round and on the
+sums, with the interval the sums' ratio falls in when the rounds are resampled.
 """
 
 from __future__ import annotations
@@ -212,6 +218,32 @@ def bench(
         )
 
 
+def compare_backends(rounds: int, total: int, clients: int, mode: str) -> None:
+    """The burst on SQLite and on PostgreSQL in alternating rounds (see the module's docstring)."""
+    env = {"AGENT_GATEWAY_RUNTIME_MODE": mode}
+    with harness.gateway("sqlite", env) as sqlite, harness.gateway("postgresql", env) as postgresql:
+        gateways = {"sqlite": sqlite, "postgresql": postgresql}
+        # Admitted once: an operator command per User per round would take most of a round's time.
+        users = {name: [admit_with_token(served) for _ in range(clients)] for name, served in gateways.items()}
+        rate: dict[str, list[float]] = {name: [] for name in gateways}
+        for number in range(rounds):
+            for name in ("sqlite", "postgresql") if number % 2 == 0 else ("postgresql", "sqlite"):
+                rate[name].append(asyncio.run(burst(gateways[name], total, clients, users[name]))[0])
+            print(
+                f"round {number + 1} (load {os.getloadavg()[0]:.1f}): "
+                + "   ".join(f"{name} {rate[name][-1]:6,.0f} answered/s" for name in gateways)
+            )
+    per_round = sorted(a / b for a, b in zip(rate["postgresql"], rate["sqlite"], strict=True))
+    low, high = harness.interval(rate["postgresql"], rate["sqlite"])
+    print(
+        f"over {rounds} alternating rounds of {total} Messages from {clients} clients: PostgreSQL "
+        f"{statistics.median(rate['postgresql']):,.0f}/s, SQLite {statistics.median(rate['sqlite']):,.0f}/s (medians); "
+        f"PostgreSQL's median round {statistics.median(per_round):.1%} of SQLite's ({per_round[0]:.0%}-{per_round[-1]:.0%}), "
+        f"{sum(rate['postgresql']) / sum(rate['sqlite']):.1%} on the sums ({low:.1%}-{high:.1%} in 95 % of "
+        "resamplings of the rounds)"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--backend", choices=["sqlite", "postgresql", "both"], default="both")
@@ -220,7 +252,13 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--kills", type=int, default=3)
     parser.add_argument("--mode", choices=["persistent", "per-run"], default="persistent")
+    parser.add_argument("--rounds", type=int, help="compare the backends' bursts in this many alternating rounds")
     args = parser.parse_args()
+    if args.rounds is not None:
+        if args.backend != "both":
+            parser.error("--rounds compares the two backends: give --backend both")
+        compare_backends(args.rounds, args.burst, args.clients, args.mode)
+        return
     for backend in ("sqlite", "postgresql") if args.backend == "both" else (args.backend,):
         print(f"{backend:<10} runtime.mode = {args.mode!r}")
         bench(backend, args.samples, args.burst, args.clients, args.kills, args.mode)

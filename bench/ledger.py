@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import random
 import statistics
 from pathlib import Path
 
@@ -85,7 +84,7 @@ def compare(backend: str, other: Path | None, rounds: int, samples: int, total: 
             raise SystemExit(f"the ledgers hold {sizes} entries: not the comparison intended")
     added = statistics.median(p50["ledger"]) - statistics.median(p50["without"])
     per_round = sorted(a / b for a, b in zip(rate["ledger"], rate["without"], strict=True))
-    low, high = interval(rate["ledger"], rate["without"])
+    low, high = harness.interval(rate["ledger"], rate["without"])
     cpu_with, cpu_without = statistics.median(cpu_ms["ledger"]), statistics.median(cpu_ms["without"])
     print(
         f"[{backend}] over {rounds} alternating rounds: round trip p50 {statistics.median(p50['ledger']):.2f} ms "
@@ -95,19 +94,6 @@ def compare(backend: str, other: Path | None, rounds: int, samples: int, total: 
         f"of the rounds); CPU per Run {cpu_with:.2f} ms with, "
         f"{cpu_without:.2f} ms without ({cpu_without / cpu_with:.1%} of with: the Runs/s the CPU allows)"
     )
-
-
-def interval(with_: list[float], without: list[float], resamplings: int = 2000) -> tuple[float, float]:
-    """Where the ratio of the sums falls in the middle 95 % of the rounds resampled with
-    replacement (a bootstrap): how far the machine's swings leave the figure uncertain. Seeded,
-    so the same rounds give the same interval."""
-    rng = random.Random(0)
-    rounds = range(len(with_))
-    ratios = sorted(
-        sum(with_[n] for n in picked) / sum(without[n] for n in picked)
-        for picked in (rng.choices(rounds, k=len(with_)) for _ in range(resamplings))
-    )
-    return ratios[int(resamplings * 0.025)], ratios[int(resamplings * 0.975) - 1]
 
 
 def ledger_size(served: ServedGateway) -> int:
