@@ -243,10 +243,14 @@ async def test_a_signal_read_ahead_is_claimed_alone_only_while_it_is_the_oldest_
         for n, signal_id in enumerate(ids[:3]):
             await signal_queries.insert(conn, id=signal_id, kind="k", payload={"n": n}, emitted_at=_later(now, 10 * n))
 
-    async def claim(queued: signal_queries.Queued, run_id: str, ending: dict[str, Any] | None = None) -> bool:
+    async def claim(
+        queued: signal_queries.Queued, run_id: str, ending: dict[str, Any] | None = None
+    ) -> tuple[bool, str | None]:
+        """Whether it claimed, and the id of the Signal it saw next (the oldest pending besides ``queued``)."""
         record = run_queries.to_record(signal_id=queued.signal.id, prompts=[(run_id, "s", "p")], first_started_at=clock.now_iso())
         async with store.alone() as conn:
-            return await ledger_.claimed_ahead(conn, queued, record, record[0].started_at, ending)  # type: ignore[arg-type]
+            claimed, after = await ledger_.claimed_ahead(conn, queued, record, record[0].started_at, ending)  # type: ignore[arg-type]
+        return claimed, None if after is None else after.signal.id
 
     async def state(signal_id: str) -> tuple[str, list[str]]:
         async with store.read() as conn:
@@ -255,7 +259,7 @@ async def test_a_signal_read_ahead_is_claimed_alone_only_while_it_is_the_oldest_
 
     first = await signal_queries.oldest_pending(store)
     assert first is not None and first.signal.id == ids[0]
-    assert await claim(first, ids[3])
+    assert await claim(first, ids[3]) == (True, ids[1])
     assert await state(ids[0]) == ("processing", ["running"])
     assert [entry.get("run") for entry in await ledger(store)] == [None, ids[3]]
 
@@ -268,7 +272,7 @@ async def test_a_signal_read_ahead_is_claimed_alone_only_while_it_is_the_oldest_
         run_id=ids[3], run_error=None, ended_at=clock.now_iso(), signal_id=ids[0], signal_error=None,
         signal_error_if_cancelled="cancelled",
     )
-    assert not await claim(second, ids[5], ending)
+    assert await claim(second, ids[5], ending) == (False, ids[4])
     assert await state(ids[1]) == ("pending", [])
     assert await state(ids[0]) == ("done", ["done"])  # the ends were written all the same
     assert len(await ledger(store)) == 2
@@ -277,7 +281,7 @@ async def test_a_signal_read_ahead_is_claimed_alone_only_while_it_is_the_oldest_
     assert oldest is not None and oldest.signal.id == ids[4]
     async with store.transaction() as conn:
         assert await signal_queries.cancel(conn, id=ids[4], error="cancelled") is not None
-    assert not await claim(oldest, ids[5])
+    assert await claim(oldest, ids[5]) == (False, ids[1])
     assert await state(ids[4]) == ("failed", [])
     # Nor when another process appended to the ledger since this one's last entry: its prediction fails.
     other = Store(store.url)
@@ -287,7 +291,7 @@ async def test_a_signal_read_ahead_is_claimed_alone_only_while_it_is_the_oldest_
         await other.close()
     second = await signal_queries.oldest_pending(store)
     assert second is not None and second.signal.id == ids[1]
-    assert not await claim(second, ids[5])
+    assert await claim(second, ids[5]) == (False, ids[2])  # its draw was not the one predicted
     assert await state(ids[1]) == ("pending", [])
     # The claim in a transaction then reads the tree and goes on from it, gap-free.
     async with store.transaction() as conn:
@@ -299,5 +303,5 @@ async def test_a_signal_read_ahead_is_claimed_alone_only_while_it_is_the_oldest_
     # And the next claim alone predicts the tree again.
     third = await signal_queries.oldest_pending(store)
     assert third is not None and third.signal.id == ids[2]
-    assert await claim(third, ids[6])
+    assert await claim(third, ids[6]) == (True, None)
     assert [entry.get("run") for entry in await ledger(store)] == [None, ids[3], None, ids[5], ids[6]]

@@ -69,11 +69,11 @@ class Ledger:
     async def claimed_ahead(
         self, conn: direct.Alone, queued: signal_queries.Queued, record: Sequence[Run], started_at: str,
         ending: Mapping[str, object] | None = None,
-    ) -> bool:
+    ) -> tuple[bool, signal_queries.Queued | None]:
         """On PostgreSQL, alone: claim ``queued`` if it is still the oldest pending Signal, record its
         Runs ``record`` with the first started at ``started_at`` and append that one's entry, in one
-        statement (``store.queries.ledger.claim_ahead``, which also ends what ``ending`` names); True
-        when it claimed."""
+        statement (``store.queries.ledger.claim_ahead``, which also ends what ``ending`` names):
+        whether it claimed, and the Signal next as the statement saw it."""
         entry = self._entry(queued.signal, record[0], started_at)
         return await queries.claim_ahead(conn, queued, entry, record, ending)
 

@@ -94,6 +94,9 @@ class Worker:
         self._queue_empty = False
         # The read ahead while a Signal's last Run executes (PostgreSQL; see the module's docstring).
         self._ahead: asyncio.Task[_Ahead | None] | None = None
+        # The oldest pending Signal as the last statement alone saw it, so that the read ahead
+        # need not read it again (None: none was, or it is not known).
+        self._seen: Queued | None = None
         self.active = False
 
     def stop(self) -> None:
@@ -129,6 +132,7 @@ class Worker:
                 while not self._stop.is_set() and await self.process_next():
                     pass
                 await subscription.wait(SWEEP_INTERVAL_S)
+                self._seen = None  # seen before the wait: read again
         finally:
             self.active = False
             if self._ahead is not None:
@@ -185,6 +189,7 @@ class Worker:
                     claimed = await self._claimed_ahead(conn, ahead, None)
                 if claimed is not None:
                     return claimed
+        self._seen = None
         async with self.store.transaction() as conn:
             return await self._claim(conn)
 
@@ -197,8 +202,11 @@ class Worker:
         )
 
     async def _read_ahead(self) -> _Ahead:
-        """The oldest pending Signal and, when its Handler is inline, its Runs (not yet recorded)."""
-        queued = await signal_queries.oldest_pending(self.store)
+        """The oldest pending Signal (as the last statement alone saw it, else read now) and, when
+        its Handler is inline, its Runs (not yet recorded)."""
+        queued, self._seen = self._seen, None
+        if queued is None:
+            queued = await signal_queries.oldest_pending(self.store)
         if queued is None:
             return _Ahead(None)
         handler = self.handlers.get(queued.signal.kind)
@@ -232,12 +240,19 @@ class Worker:
             signal_id=ahead.queued.signal.id, prompts=[(run.id, run.session, run.prompt) for run in ahead.runs],
             first_started_at=now,
         )
-        # Claimed or not, the queue may hold more: the next claim reads it again.
-        self._queue_empty = False
-        if not await self.ledger.claimed_ahead(conn, ahead.queued, recorded, now, ending):
+        claimed, after = await self.ledger.claimed_ahead(conn, ahead.queued, recorded, now, ending)
+        self._seen_next(after)
+        if not claimed:
+            self._queue_empty = False  # the claim in a transaction follows
             return None
         self._vacuum.claimed()
         return _Claimed(ahead.queued.signal, ahead.runs)
+
+    def _seen_next(self, queued: Queued | None) -> None:
+        """Keep the oldest pending Signal a statement alone saw, for the next read ahead; none
+        pending ends the drain, as a claim that finds none does."""
+        self._seen = queued
+        self._queue_empty = queued is None
 
     async def _claim(self, conn: AsyncConnection) -> _Claimed | None:
         """Claim the oldest pending Signal, within ``conn``'s transaction.
@@ -424,9 +439,10 @@ class Worker:
                 if ahead.queued is not None and ahead.runs:
                     claimed = await self._claimed_ahead(alone, ahead, ending)
                 else:
-                    await signal_queries.end(alone, ending)
-                    claimed, self._queue_empty = None, False  # the next claim reads the queue again
+                    claimed = None
+                    self._seen_next(await signal_queries.end(alone, ending))
         else:
+            self._seen = None
             async with self.store.transaction() as conn:
                 now = clock.now_iso()
                 if usual:

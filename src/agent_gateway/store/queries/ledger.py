@@ -80,7 +80,8 @@ def _claiming(ending: bool) -> direct.Query:
     in one PostgreSQL statement that commits alone; the Run and Signal before it ended in it too
     when ``ending`` (``signals.ended``). One round trip where a transaction takes four. Nothing
     is claimed, recorded or appended unless the draw is the predicted one, so the ledger and the
-    Runs never disagree; answers whether the Signal was claimed."""
+    Runs never disagree; answers whether the Signal was claimed, and the Signal next
+    (``signals.with_next``)."""
     draw = (
         sa.text(
             f"SELECT pg_advisory_xact_lock({_APPEND_LOCK_KEY}) AS locked, nextval('{POSTGRES_SEQUENCE}') AS n "
@@ -99,7 +100,7 @@ def _claiming(ending: bool) -> direct.Query:
         )
     ]
     ends = signal_queries.ended() if ending else ()
-    return direct.Query(sa.select(sa.exists(claimed.select())).add_cte(*ends, draw, claimed, *written))
+    return direct.Query(signal_queries.with_next(claimed).add_cte(*ends, draw, claimed, *written))
 
 
 _CLAIMING = {ending: _claiming(ending) for ending in (False, True)}
@@ -202,27 +203,27 @@ async def _append_postgres(conn: AsyncConnection, new: Sequence[New], record: Se
 async def claim_ahead(
     conn: direct.Alone, queued: signal_queries.Queued, new: New, record: Sequence[run_queries.Run],
     ending: Mapping[str, object] | None = None,
-) -> bool:
+) -> tuple[bool, signal_queries.Queued | None]:
     """On PostgreSQL, alone: claim ``queued`` (read ahead) if it is still the oldest pending Signal,
     record its Runs ``record`` (``run_queries.to_record``, the first started) and append the first's
-    entry ``new``, with one statement (:func:`_claiming`); True when it claimed. ``ending``
-    (``signals.ending``): the Run and Signal before it are ended by the statement too, claimed or not.
+    entry ``new``, with one statement (:func:`_claiming`): whether it claimed, and the oldest
+    pending Signal after that one as the statement saw it. ``ending`` (``signals.ending``): the
+    Run and Signal before it are ended by the statement too, claimed or not.
 
     It claims nothing when this process's prediction of the tree fails (another process appended
     since, or this one has not yet): the caller then claims in a transaction, as :func:`append`."""
     predicted = TREE.predicted(conn, [new.leaf])
     if predicted is None:
-        if ending is not None:
-            await signal_queries.end(conn, ending)
-        return False
-    [(claimed,)] = await direct.run(
+        return False, None if ending is None else await signal_queries.end(conn, ending)
+    [row] = await direct.run(
         conn, _CLAIMING[ending is not None], count=1, expected=predicted.first_number,
         **_postgres_columns(predicted.growth, _seqs(predicted.growth, [new]), [new]),
         **run_queries.postgres_columns(record), **queued.claim_params(), **(ending or {}),
     )
+    claimed, after = signal_queries.claimed_and_next(row)
     if claimed:
         TREE.committed(conn, predicted.after)
-    return bool(claimed)
+    return claimed, after
 
 
 def _seqs(growth: tree.Growth, new: Sequence[New]) -> list[int]:

@@ -124,12 +124,12 @@ def ended() -> tuple[sa.CTE, sa.CTE]:
 # On PostgreSQL a Run's end, its Signal's end and the next claim are one statement: each
 # statement costs a round trip, most of what the worker waits for per Signal.
 _END_AND_CLAIM = direct.Query(_claim("postgresql").add_cte(*ended()))
-# The ends alone, for a worker that claims the next Signal by what it read ahead (signals.worker).
-_END = direct.Query(sa.select(sa.literal(True)).add_cte(*ended()))
 # The oldest pending Signal and its place in the queue, read outside any transaction.
-_OLDEST_PENDING = direct.Query(
-    sa.select(signals.c.position, *_COLUMNS).where(signals.c.state == PENDING).order_by(*_QUEUE_ORDER).limit(1)
-)
+_OLDEST = sa.select(signals.c.position, *_COLUMNS).where(signals.c.state == PENDING).order_by(*_QUEUE_ORDER).limit(1)
+_OLDEST_PENDING = direct.Query(_OLDEST)
+# The ends alone, answering the oldest pending Signal as the statement saw it, for a worker that
+# claims by what it read ahead (signals.worker).
+_END = direct.Query(_OLDEST.add_cte(*ended()))
 
 
 def claiming(condition: sa.ColumnElement[bool]) -> sa.CTE:
@@ -154,6 +154,21 @@ def claiming(condition: sa.ColumnElement[bool]) -> sa.CTE:
     )
 
 
+def with_next(claimed: sa.CTE) -> sa.Select:
+    """A PostgreSQL statement's answer around :func:`claiming`'s CTE: whether it claimed, then the
+    oldest pending Signal after that one as the statement saw it (:func:`claimed_and_next`), so a
+    worker reading ahead need not read it again."""
+    after = _OLDEST.where(signals.c.id != sa.bindparam("claim_id")).subquery("next")
+    one = sa.select(sa.literal(1).label("one")).subquery("one")
+    return sa.select(sa.exists(claimed.select()), *after.c).select_from(one.outerjoin(after, sa.true()))
+
+
+def claimed_and_next(row: Sequence[Any]) -> tuple[bool, Queued | None]:
+    """The row a :func:`with_next` statement answers: whether it claimed, and the Signal next."""
+    claimed, *queued = row
+    return bool(claimed), _queued(queued)
+
+
 @dataclasses.dataclass(frozen=True)
 class Queued:
     """A pending Signal as read, and its place in the queue (:func:`oldest_pending`)."""
@@ -169,10 +184,13 @@ class Queued:
 async def oldest_pending(store: Store) -> Queued | None:
     """The oldest pending Signal, read outside any transaction (what :func:`claim_oldest` would claim now)."""
     rows = await store.fetch(_OLDEST_PENDING)
-    if not rows:
-        return None
-    position, *columns = rows[0]
-    return Queued(Signal.from_driver(columns), int(position))
+    return _queued(rows[0]) if rows else None
+
+
+def _queued(row: Sequence[Any]) -> Queued | None:
+    """A row of :data:`_OLDEST`'s columns; None when they are null (an outer join's nothing)."""
+    position, *columns = row
+    return None if position is None else Queued(Signal.from_driver(columns), int(position))
 
 
 async def insert(conn: AsyncConnection, *, id: str, kind: str, payload: Any, emitted_at: str, origin: str = OPERATOR) -> None:
@@ -320,10 +338,11 @@ def ending(
     return params
 
 
-async def end(conn: direct.Alone, params: Mapping[str, object]) -> None:
+async def end(conn: direct.Alone, params: Mapping[str, object]) -> Queued | None:
     """:func:`end_and_claim`'s ends (``params`` from :func:`ending`) without the claim, as one
-    PostgreSQL statement that commits alone."""
-    await direct.run(conn, _END, **params)
+    PostgreSQL statement that commits alone; the oldest pending Signal as it saw it."""
+    rows = await direct.run(conn, _END, **params)
+    return _queued(rows[0]) if rows else None
 
 
 async def fail_processing(conn: AsyncConnection, *, error: str) -> list[str]:
