@@ -145,6 +145,8 @@ def claiming(condition: sa.ColumnElement[bool]) -> sa.CTE:
     return (
         signals.update()
         .where(
+            # Found by its primary key: by its id or state a plan may scan the pending ones.
+            signals.c.position == sa.bindparam("claim_position", type_=sa.BigInteger),
             signals.c.id == sa.bindparam("claim_id"), signals.c.state == PENDING, condition,
             ~sa.exists().where(older.c.state == PENDING, queued_before),
         )
