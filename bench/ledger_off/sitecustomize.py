@@ -25,18 +25,18 @@ def _claiming(ending: bool) -> direct.Query:
     claimed = signal_queries.claiming(sa.true())
     recorded = sa.text(f"{run_queries.POSTGRES_INSERT} WHERE EXISTS (SELECT FROM claimed)").columns().cte("recorded")
     ends = signal_queries.ended() if ending else ()
-    return direct.Query(sa.select(sa.exists(claimed.select())).add_cte(*ends, claimed, recorded))
+    return direct.Query(signal_queries.with_next(claimed).add_cte(*ends, claimed, recorded))
 
 
 _CLAIMING = {ending: _claiming(ending) for ending in (False, True)}
 
 
 async def _claimed_ahead_without_entry(self, conn, queued, record, started_at, ending=None):  # type: ignore[no-untyped-def]
-    [(claimed,)] = await direct.run(
+    [row] = await direct.run(
         conn, _CLAIMING[ending is not None], **run_queries.postgres_columns(record), **queued.claim_params(),
         **(ending or {}),
     )
-    return bool(claimed)
+    return signal_queries.claimed_and_next(row)
 
 
 service.Ledger.started = _no_entry  # type: ignore[method-assign]
