@@ -455,3 +455,78 @@ async def until_idle(gateway) -> None:  # type: ignore[no-untyped-def]
         return all(signal.state in ("done", "failed") for signal in signals)
 
     await until(idle)
+
+
+class Held(Recording):
+    """Recording, the Run whose Prompt is ``held`` kept running until the test releases it."""
+
+    def __init__(self, held: str) -> None:
+        super().__init__()
+        self.held, self.holding, self.released = held, asyncio.Event(), asyncio.Event()
+
+    async def run(self, run: Any) -> None:
+        await super().run(run)
+        if run.prompt == self.held:
+            self.holding.set()
+            await self.released.wait()
+
+
+@pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
+async def test_the_queue_order_holds_when_an_older_signal_commits_after_the_read_ahead(
+    make_gateway: GatewayFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On PostgreSQL the worker takes the next Signal ahead while a Run executes (signals.worker);
+    a Signal emitted earlier than that one but committed after it was taken is still run first:
+    the claim of the one taken ahead is refused, and the worker claims the older one."""
+    from agent_gateway.store.queries import ledger as ledger_queries
+
+    claims: list[tuple[str, bool]] = []
+    claim_ahead = ledger_queries.claim_ahead
+
+    async def claiming(conn: Any, queued: Any, *args: Any) -> Any:
+        claimed, after = await claim_ahead(conn, queued, *args)
+        claims.append((queued.signal.payload["n"], claimed))
+        return claimed, after
+
+    monkeypatch.setattr(ledger_queries, "claim_ahead", claiming)
+    runtime = Held("A")
+    gateway = await make_gateway(runtime, register={"k": TemplateHandler("k", "{{ n }}")})
+    async with gateway.store.transaction() as conn:  # C is the Signal next once A is claimed
+        first = await service.emit(conn, "k", {"n": "A"})
+        late = await service.emit(conn, "k", {"n": "C"})
+    await asyncio.wait_for(runtime.holding.wait(), 300)
+    with clock.use(clock.FrozenClock("2026-11-21T10:00:00Z")):  # emitted before C, committed after it was taken
+        older = await emit(gateway.store, "k", {"n": "B"})
+    runtime.released.set()
+    for signal_id in (first, older, late):
+        assert (await finished(gateway.store, signal_id)).state == "done"
+    assert [run.prompt for run in runtime.runs] == ["A", "B", "C"]
+    # C's claim refused; B then claimed (in a transaction: the refused statement had drawn a
+    # ledger number, so the next prediction fails once), and C after it.
+    assert claims[:2] == [("A", True), ("C", False)]
+    assert claims[-1] == ("C", True)
+
+
+@pytest.mark.parametrize("database_url", ["sqlite", "postgresql"], indirect=True)
+async def test_the_worker_steps_alone_only_on_postgresql_with_nothing_written_beside(
+    make_gateway: GatewayFactory,
+) -> None:
+    """A step is one statement alone only where nothing else is written with it: no webhook
+    endpoint of run.ended or signal.failed, no loop watching the Run ledger (whose wake-up
+    a transaction sends)."""
+    from agent_gateway.store.queries import ledger as ledger_queries
+    from agent_gateway.webhooks import outbox
+
+    gateway = await make_gateway(Recording())
+    store, worker_ = gateway.store, gateway.worker
+    assert worker_ is not None
+    postgresql = store.dialect == "postgresql"
+    assert worker_._alone() is postgresql
+    for event in (outbox.RUN_ENDED, outbox.SIGNAL_FAILED):
+        store.webhook_urls = {event: ("http://127.0.0.1:9/hook",)}
+        assert not worker_._alone()
+    store.webhook_urls = {outbox.MESSAGE_INBOUND: ("http://127.0.0.1:9/hook",)}
+    assert worker_._alone() is postgresql
+    store.watched = frozenset({ledger_queries.CHANNEL})
+    assert not worker_._alone()
+    store.webhook_urls, store.watched = {}, frozenset()

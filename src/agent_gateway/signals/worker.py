@@ -137,7 +137,7 @@ class Worker:
             self.active = False
             if self._ahead is not None:
                 self._ahead.cancel()
-                self._ahead = None
+            self._ahead = self._seen = None  # a later leadership reads afresh
             await self._vacuum.close()
             self.store.unsubscribe(service.CHANNEL, subscription)
             self.store.unsubscribe(service.CANCEL_CHANNEL, self._cancels)
@@ -480,7 +480,6 @@ class Worker:
         if claimed is not None:
             _log_claimed(claimed)
         return claimed
-
 
     async def _taken_ahead(self) -> _Ahead | None:
         """What was read ahead beside the Run this step ends (None when nothing was, or the read failed)."""
