@@ -11,7 +11,8 @@ ledger's write alone; ``--against`` compares with another checkout instead (or j
 
 Each backend gets two real gateways side by side (``bench.harness``: ``init``, then ``serve``;
 the demo echo agent kept warm under the persistent runtime), measured in alternating rounds
-(each goes first as often as the other), each round:
+(each goes first as often as the other), after one burst on each that is not counted
+(``bench.agent.warm_up``), each round:
 
 1. a User's inbound ``POST /messages`` → the echo answer readable, sequential (``bench.agent``):
    p50; target: the ledger adds at most 1 ms;
@@ -37,7 +38,7 @@ from pathlib import Path
 import httpx
 
 from bench import harness
-from bench.agent import burst, sequential
+from bench.agent import burst, sequential, warm_up
 from bench.messages import admit_with_token
 from tests.served import SRC, ServedGateway
 
@@ -61,6 +62,7 @@ def compare(backend: str, other: Path | None, rounds: int, samples: int, total: 
         gateways = {"ledger": this, "without": that}
         # Admitted once: an operator command per User per round took most of a round's time.
         users = {name: [admit_with_token(served) for _ in range(clients + 1)] for name, served in gateways.items()}
+        warm_up(gateways, total, clients, users)
         p50: dict[str, list[float]] = {name: [] for name in gateways}
         rate: dict[str, list[float]] = {name: [] for name in gateways}
         cpu_ms: dict[str, list[float]] = {name: [] for name in gateways}

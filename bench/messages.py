@@ -24,6 +24,7 @@ issues it a Token (``agent-gateway tokens issue``), then measures with
 from __future__ import annotations
 
 import argparse
+import asyncio
 import statistics
 import sys
 import time
@@ -31,6 +32,9 @@ import time
 import httpx
 import orjson
 
+from agent_gateway.auth import service as auth_service
+from agent_gateway.store.engine import Store
+from agent_gateway.users import service as users_service
 from bench import harness
 from tests.served import ServedGateway
 
@@ -58,6 +62,35 @@ def admit_with_token(served: ServedGateway) -> tuple[str, dict[str, str]]:
     user_id = served.cli_json("users", "add")["id"]
     token = served.cli_json("tokens", "issue", user_id)["token"]
     return user_id, {"Authorization": f"Bearer {token}"}
+
+
+# The Tokens of Users admitted with admit_many: longer than any benchmark.
+BENCH_TOKEN_TTL_MS = 24 * 3600 * 1000
+
+
+def admit_many(served: ServedGateway, count: int) -> list[tuple[str, dict[str, str]]]:
+    """``count`` Users, each with a Token, as :func:`admit_with_token` gives them, admitted with the
+    operator's Python API (what ``users add`` and ``tokens issue`` run) in one transaction on the
+    gateway's database: two commands per User took minutes for a burst of hundreds of Users."""
+
+    if served.database_url is None:
+        raise SystemExit("admit_many needs the gateway's database URL in its environment")
+    url = served.database_url
+
+    async def admit() -> list[tuple[str, dict[str, str]]]:
+        store = Store(url)
+        try:
+            async with store.transaction() as conn:
+                admitted = []
+                for _ in range(count):
+                    user = await users_service.admit(conn)
+                    issued = await auth_service.issue_token(conn, user.id, ttl_ms=BENCH_TOKEN_TTL_MS)
+                    admitted.append((user.id, {"Authorization": f"Bearer {issued.token}"}))
+                return admitted
+        finally:
+            await store.close()
+
+    return asyncio.run(admit())
 
 
 def newest_seq(served: ServedGateway, user_id: str) -> int:
