@@ -238,7 +238,7 @@ async def test_a_signal_read_ahead_is_claimed_alone_only_while_it_is_the_oldest_
     ledger_ = Ledger(store)
     await ledger_.record_instructions({"handlers": []})  # as at start: the tree's prediction is primed
     now = clock.now()
-    ids = [f"5d6f3c1e-0000-4000-8000-0000000001{n:02d}" for n in range(8)]
+    ids = [f"5d6f3c1e-0000-4000-8000-0000000001{n:02d}" for n in range(9)]
     async with store.transaction() as conn:
         for n, signal_id in enumerate(ids[:3]):
             await signal_queries.insert(conn, id=signal_id, kind="k", payload={"n": n}, emitted_at=_later(now, 10 * n))
@@ -283,25 +283,33 @@ async def test_a_signal_read_ahead_is_claimed_alone_only_while_it_is_the_oldest_
         assert await signal_queries.cancel(conn, id=ids[4], error="cancelled") is not None
     assert await claim(oldest, ids[5]) == (False, ids[1])
     assert await state(ids[4]) == ("failed", [])
-    # Nor when another process appended to the ledger since this one's last entry: its prediction fails.
+    # Each of those refusals drew the number predicted and appended nothing: the next claim alone
+    # still predicts the tree (it would otherwise miss once, and claim nothing).
+    second = await signal_queries.oldest_pending(store)
+    assert second is not None and second.signal.id == ids[1]
+    assert await claim(second, ids[5]) == (True, ids[2])
+    assert [entry.get("run") for entry in await ledger(store)] == [None, ids[3], ids[5]]
+    # Not when another process appended to the ledger since this one's last entry: its prediction fails.
     other = Store(store.url)
     try:
         await Ledger(other).record_instructions({"handlers": ["changed"]})
     finally:
         await other.close()
-    second = await signal_queries.oldest_pending(store)
-    assert second is not None and second.signal.id == ids[1]
-    assert await claim(second, ids[5]) == (False, ids[2])  # its draw was not the one predicted
-    assert await state(ids[1]) == ("pending", [])
+    third = await signal_queries.oldest_pending(store)
+    assert third is not None and third.signal.id == ids[2]
+    assert await claim(third, ids[6]) == (False, None)  # its draw was not the one predicted
+    assert await state(ids[2]) == ("pending", [])
     # The claim in a transaction then reads the tree and goes on from it, gap-free.
     async with store.transaction() as conn:
         claimed = await signal_queries.claim_oldest(conn)
-        assert claimed is not None and claimed.id == ids[1]
-        record = run_queries.to_record(signal_id=ids[1], prompts=[(ids[5], "s", "p")], first_started_at=clock.now_iso())
+        assert claimed is not None and claimed.id == ids[2]
+        record = run_queries.to_record(signal_id=ids[2], prompts=[(ids[6], "s", "p")], first_started_at=clock.now_iso())
         await ledger_.started(conn, claimed, record[:1], record[0].started_at, record)  # type: ignore[arg-type]
-    assert [entry.get("run") for entry in await ledger(store)] == [None, ids[3], None, ids[5]]
+    assert [entry.get("run") for entry in await ledger(store)] == [None, ids[3], ids[5], None, ids[6]]
     # And the next claim alone predicts the tree again.
-    third = await signal_queries.oldest_pending(store)
-    assert third is not None and third.signal.id == ids[2]
-    assert await claim(third, ids[6]) == (True, None)
-    assert [entry.get("run") for entry in await ledger(store)] == [None, ids[3], None, ids[5], ids[6]]
+    async with store.transaction() as conn:
+        await signal_queries.insert(conn, id=ids[7], kind="k", payload={}, emitted_at=_later(now, 40))
+    fourth = await signal_queries.oldest_pending(store)
+    assert fourth is not None and fourth.signal.id == ids[7]
+    assert await claim(fourth, ids[8]) == (True, None)
+    assert len(await ledger(store)) == 6

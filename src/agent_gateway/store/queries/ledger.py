@@ -81,7 +81,7 @@ def _claiming(ending: bool) -> direct.Query:
     when ``ending`` (``signals.ended``). One round trip where a transaction takes four. Nothing
     is claimed, recorded or appended unless the draw is the predicted one, so the ledger and the
     Runs never disagree; answers whether the Signal was claimed, and the Signal next
-    (``signals.with_next``)."""
+    (``signals.with_next``), then the number drawn."""
     draw = (
         sa.text(
             f"SELECT pg_advisory_xact_lock({_APPEND_LOCK_KEY}) AS locked, nextval('{POSTGRES_SEQUENCE}') AS n "
@@ -91,8 +91,8 @@ def _claiming(ending: bool) -> direct.Query:
         .cte("d")
         .prefix_with("MATERIALIZED")
     )
-    hit = sa.select(sa.func.min(draw.c.n)).scalar_subquery() == sa.bindparam("expected", type_=sa.BigInteger)
-    claimed = signal_queries.claiming(hit)
+    drawn = sa.select(sa.func.min(draw.c.n)).scalar_subquery()
+    claimed = signal_queries.claiming(drawn == sa.bindparam("expected", type_=sa.BigInteger))
     written = [
         sa.text(f"{insert} WHERE EXISTS (SELECT FROM claimed)").columns().cte(name)
         for name, insert in (
@@ -100,7 +100,8 @@ def _claiming(ending: bool) -> direct.Query:
         )
     ]
     ends = signal_queries.ended() if ending else ()
-    return direct.Query(signal_queries.with_next(claimed).add_cte(*ends, draw, claimed, *written))
+    answer = signal_queries.with_next(claimed).add_columns(drawn.label("drawn"))
+    return direct.Query(answer.add_cte(*ends, draw, claimed, *written))
 
 
 _CLAIMING = {ending: _claiming(ending) for ending in (False, True)}
@@ -220,9 +221,14 @@ async def claim_ahead(
         **_postgres_columns(predicted.growth, _seqs(predicted.growth, [new]), [new]),
         **run_queries.postgres_columns(record), **queued.claim_params(), **(ending or {}),
     )
-    claimed, after = signal_queries.claimed_and_next(row)
+    *answer, drawn = row
+    claimed, after = signal_queries.claimed_and_next(answer)
     if claimed:
         TREE.committed(conn, predicted.after)
+    elif drawn == predicted.first_number:
+        # Refused for the Signal's sake (an older one committed late, a cancel), its draw the one
+        # predicted: the tree is as it was, and the next draw follows this one.
+        TREE.burned(conn, drawn)
     return claimed, after
 
 

@@ -333,6 +333,14 @@ class Tree:
         """Keep ``after`` as this process's last committed growth: a statement alone on ``conn`` committed it."""
         self._committed[conn.sync_engine] = after
 
+    def burned(self, conn: direct.Alone, number: int) -> None:
+        """A statement alone on ``conn`` drew ``number``, the one :meth:`predicted` expected, and
+        appended nothing: the tree is as this process's last growth left it, and the next draw
+        follows that number (without this, the next prediction would miss once)."""
+        committed = self._committed.get(conn.sync_engine)
+        if committed is not None and committed.next_number == number:
+            self._committed[conn.sync_engine] = dataclasses.replace(committed, next_number=number + 1)
+
     async def write(self, conn: AsyncConnection, growth: Growth) -> None:
         """Write ``growth``'s nodes (the Decision log does so on SQLite only: on PostgreSQL its
         Decisions' statement writes them, ``store.queries.decisions``)."""
