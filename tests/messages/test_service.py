@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 
 import pytest
@@ -67,6 +68,23 @@ async def test_receive_emits_one_signal_carrying_the_message(store: Store) -> No
     assert signal["origin"] == "message"  # the Run ledger tells it from the operator's Signals
     assert signal["payload"] == message.to_json()
     assert list(signal["payload"]) == ["id", "userId", "direction", "seq", "text", "createdAt"]
+
+
+async def test_messages_and_signals_get_ids_in_time_order_users_random_ones(store: Store) -> None:
+    user_id = await admit(store)
+    made = []
+    for text in ("one", "two"):
+        async with store.transaction() as conn:
+            made.append(await service.receive(conn, user_id, text))
+        started = time.monotonic_ns()
+        while time.monotonic_ns() - started < 2_000_000:  # into a later millisecond
+            pass
+    signals_ = await stored_signals(store)
+    for ids_ in ([message.id for message in made], [signal["id"] for signal in signals_]):
+        assert [uuid.UUID(id_).version for id_ in ids_] == [7, 7]
+        assert sorted(ids_) == ids_
+    # A User's id is their only handle: it says nothing of when it was issued.
+    assert uuid.UUID(user_id).version == 4
 
 
 async def test_send_emits_no_signal(store: Store) -> None:

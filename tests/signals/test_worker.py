@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -63,6 +64,7 @@ async def test_a_signal_becomes_one_run_per_prompt_and_ends_done(make_gateway: G
     assert [run.session for run in runtime.runs] == ["alpha", "beta", "gamma"]
     for run in runs:
         assert run.signal_id == signal_id
+        assert uuid.UUID(run.id).version == 7  # ids.new: written at the end of every index on them
         assert run.started_at is not None and run.ended_at is not None
         assert run.started_at <= run.ended_at
     assert runs[0].ended_at <= runs[1].started_at <= runs[1].ended_at <= runs[2].started_at

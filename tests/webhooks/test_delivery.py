@@ -9,7 +9,7 @@ import datetime
 import pytest
 import sqlalchemy as sa
 
-from agent_gateway import clock, config
+from agent_gateway import clock, config, ids
 from agent_gateway.gateway import Gateway
 from agent_gateway.scheduler import service as scheduler
 from agent_gateway.store import tables, vacuum
@@ -114,7 +114,7 @@ async def test_a_delivery_whose_decision_is_missing_fails_saying_so(hooked: Gate
     """Cannot happen (a Decision is never removed); if it did, the attempt fails instead of sending."""
     async with hooked.store.transaction() as conn:
         now = clock.now_iso()
-        row = (outbox.delivery_id(), receiver.url, "decision.published", None, 999, now, now, now)
+        row = (ids.new(), receiver.url, "decision.published", None, 999, now, now, now)
         await deliveries.insert(conn, [row], channel=outbox.CHANNEL)
     [failed] = await until(lambda: stored(hooked, "failed"))
     assert failed.last_error == "Decision 999 is not in the log"

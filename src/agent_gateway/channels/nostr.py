@@ -110,7 +110,7 @@ def new_key() -> tuple[str, str]:
 
 
 def sent_at(transaction_id: str) -> int:
-    """The Unix time of a delivery, from its UUIDv7 id (``store.outbox.row_id``); now for another id."""
+    """The Unix time of a delivery, from its UUIDv7 id (``ids.new``); now for another id."""
     try:
         parsed = uuid.UUID(transaction_id)
     except ValueError:

@@ -21,10 +21,9 @@ from collections.abc import Mapping, Sequence
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from agent_gateway import clock
+from agent_gateway import clock, ids
 from agent_gateway.channels import identities
 from agent_gateway.store import engine
-from agent_gateway.store import outbox as shared_outbox
 from agent_gateway.store.engine import Store
 from agent_gateway.store.queries import channels as queries
 from agent_gateway.store.queries.messages import Message
@@ -85,7 +84,7 @@ def _row(
     channel: str, identity: str, conversation: str | None, kind: str,
     user_id: str | None, message_id: str | None, text: str, now: str,
 ) -> tuple[object, ...]:
-    return (shared_outbox.row_id(), channel, identity, conversation, kind, user_id, message_id, text, now, now, now)
+    return (ids.new(), channel, identity, conversation, kind, user_id, message_id, text, now, now, now)
 
 
 async def _insert(conn: AsyncConnection, rows: list[tuple[object, ...]]) -> None:

@@ -16,12 +16,11 @@ itself (``BEGIN IMMEDIATE``).
 from __future__ import annotations
 
 import dataclasses
-import uuid
 from collections.abc import Sequence
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from agent_gateway import clock, errors, jsontext
+from agent_gateway import clock, errors, ids, jsontext
 from agent_gateway.channels import outbox as channel_outbox
 from agent_gateway.ops import metrics
 from agent_gateway.signals import service as signals
@@ -119,7 +118,7 @@ def _rows(drafts: Sequence[Draft], refused: Sequence[errors.GatewayError | None]
     """The rows to write (``store.queries.messages.append_many``) of the drafts not refused."""
     now = clock.now_iso()
     return [
-        (str(uuid.uuid4()), draft.user_id, draft.direction, draft.text, now)
+        (ids.new(), draft.user_id, draft.direction, draft.text, now)
         for draft, refusal in zip(drafts, refused, strict=True)
         if refusal is None
     ]
@@ -135,7 +134,7 @@ def _received(rows: Sequence[tuple[str, str, str, str, str]]) -> queries.Receive
         record = jsontext.dumps(Message(id, user_id, direction, 0, text, created_at).to_json()).decode()
         # "seq" follows the id, the User's id and the direction, none of which can hold it.
         before, _, after = record.partition('"seq":0')
-        made.append((str(uuid.uuid4()), id, before + '"seq":', after, emitted_at))
+        made.append((ids.new(), id, before + '"seq":', after, emitted_at))
     return queries.Received(RECEIVED, signals.MESSAGE, made)
 
 

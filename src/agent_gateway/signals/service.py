@@ -7,13 +7,12 @@ other areas call (Messages, the Scheduler); the reads back the Agent routes;
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from agent_gateway import clock, errors
+from agent_gateway import clock, errors, ids
 from agent_gateway.store import engine
 from agent_gateway.store.engine import Store
 from agent_gateway.store.queries import runs as run_queries
@@ -103,7 +102,7 @@ async def emit_signals(
     conn: AsyncConnection, kind: str, payloads: Sequence[Any], *, origin: str = OPERATOR, late: bool = False
 ) -> list[Signal]:
     """:func:`emit_many`, returning the pending Signals as recorded."""
-    pending = [(str(uuid.uuid4()), kind, payload, clock.now_iso()) for payload in payloads]
+    pending = [(ids.new(), kind, payload, clock.now_iso()) for payload in payloads]
     await signal_queries.insert_many(conn, pending, origin=origin, wake=CHANNEL, late=late)
     return [Signal(id, kind, payload, at, signal_queries.PENDING, None, origin) for id, kind, payload, at in pending]
 

@@ -43,13 +43,12 @@ import dataclasses
 import inspect
 import logging
 import time
-import uuid
 from collections.abc import Iterable
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from agent_gateway import clock
+from agent_gateway import clock, ids
 from agent_gateway.ledger.service import Ledger
 from agent_gateway.ops import metrics
 from agent_gateway.runtimes.runtime import RunFailed, Runtime
@@ -609,7 +608,7 @@ def _runs(signal: Signal, prompts: list[Prompt]) -> list[Run]:
     """One pending Run per Prompt, in order; a fresh Session is ``run_<run id>``."""
     runs = []
     for prompt in prompts:
-        run_id = str(uuid.uuid4())
+        run_id = ids.new()
         session = f"run_{run_id}" if prompt.session is None else prompt.session
         runs.append(Run(run_id, signal.id, session, prompt.text, run_queries.PENDING, None, None, None))
     return runs

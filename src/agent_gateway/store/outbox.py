@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import random
-import time
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -131,18 +129,6 @@ class NewRows:
 
 # The NOTIFY that ends a statement carrying new rows (its payload None: none).
 POSTGRES_NOTIFY = "SELECT pg_notify(:channel, :payload) WHERE CAST(:payload AS text) IS NOT NULL"
-
-
-def row_id() -> str:
-    """A new row's id: a UUID version 7 (RFC 9562, 5.7), whose first 48 bits are the Unix time
-    in milliseconds, so ids of new rows sort after older ones. Inserted in that order, each goes
-    at the right edge of an index on the id instead of at a random page of it."""
-    # Unique, not secret: the random module's bits (reseeded in a forked child) cost no system call.
-    random_bits = random.getrandbits(74)
-    rand_a, rand_b = random_bits >> 62, random_bits & ((1 << 62) - 1)
-    value = (time.time_ns() // 1_000_000) << 80 | 0x7 << 76 | rand_a << 64 | 0b10 << 62 | rand_b
-    text = f"{value:032x}"
-    return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
 
 
 def next_attempt(

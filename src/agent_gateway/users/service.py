@@ -25,6 +25,7 @@ class UserNotFound(errors.NotFound):
 
 async def admit(conn: AsyncConnection) -> User:
     """Admit a new User: a fresh id, Attributes ``{}``, created now. Emits no Signal."""
+    # Random throughout (version 4), not ids.new's time-ordered: a User's id is their only handle.
     return await queries.insert(conn, id=str(uuid.uuid4()), attributes={}, created_at=clock.now_iso())
 
 
