@@ -14,6 +14,7 @@ from typing import Any
 import orjson
 import pytest
 import rfc8785
+import sqlalchemy as sa
 
 from agent_gateway import clock, config, merkle
 from agent_gateway.gateway import Gateway
@@ -21,6 +22,7 @@ from agent_gateway.ledger import entries, instructions
 from agent_gateway.ledger.service import Ledger
 from agent_gateway.mcp import tools
 from agent_gateway.signals.handlers import Handlers, Prompt
+from agent_gateway.store import tables
 from agent_gateway.store.engine import Store
 from agent_gateway.store.queries import ledger as queries
 from agent_gateway.store.queries.runs import Run
@@ -49,7 +51,14 @@ async def ledger(store: Store) -> list[dict[str, Any]]:
         assert rfc8785.dumps(orjson.loads(entry.leaf)) == entry.leaf
     assert await queries.TREE.size(store) == len(found)
     assert await merkle.root(queries.TREE.fetcher(store), len(found)) == mth([entry.leaf for entry in found])
-    return [orjson.loads(entry.leaf) for entry in found]
+    parsed = [orjson.loads(entry.leaf) for entry in found]
+    # Every Run started names its entry (runs.entry_seq), and only its own; a pending one none.
+    async with store.read() as conn:
+        rows = (await conn.execute(sa.select(tables.runs.c.id, tables.runs.c.state, tables.runs.c.entry_seq))).all()
+    named = {run_id: seq for run_id, state, seq in rows if state != "pending" or seq is not None}
+    assert all(seq is not None and parsed[seq - 1].get("run") == run_id for run_id, seq in named.items())
+    assert {entry["run"] for entry in parsed if entry.get("run") in {row.id for row in rows}} == set(named)
+    return parsed
 
 
 async def restart(settings: config.Settings) -> list[dict[str, Any]]:
@@ -108,6 +117,10 @@ async def test_every_run_has_one_entry_written_as_it_starts(make_gateway: Gatewa
             "instructions": 1, "startedAt": run.started_at,
         }
     assert instructions["type"] == "instructions"
+    # A receipt finds a Signal's entries through its Runs, the later-started one's too.
+    for signal_id in (fanned, noted):
+        found = await queries.of_signal(gateway.store, signal_id=signal_id)
+        assert [orjson.loads(entry.leaf)["run"] for entry in found] == [run.id for run in runs if run.signal_id == signal_id]
 
 
 async def test_the_instructions_in_force_are_found_through_an_index_no_run_entry_enters(gateway: Gateway) -> None:

@@ -101,8 +101,6 @@ ledger_entries = sa.Table(
     sa.Column("seq", Serial, primary_key=True, autoincrement=False),
     sa.Column("kind", sa.String(16), nullable=False),
     sa.Column("leaf", sa.Text, nullable=False),
-    # The Run of a run entry: unique, so that no Run has two entries whatever process writes them.
-    sa.Column("run_id", Uuid, nullable=True, unique=True),
     sa.CheckConstraint("kind IN ('instructions', 'run')", name="kind"),
     # The instructions entry in force is the newest one (store.queries.ledger.last_instructions).
     # Partial, so a Run's entry writes no entry in it (a page less in each Run's commit); a query
@@ -152,6 +150,10 @@ runs = sa.Table(
     sa.Column("error", sa.Text, nullable=True),
     sa.Column("started_at", Instant, nullable=True),
     sa.Column("ended_at", Instant, nullable=True),
+    # The number of its Run ledger entry, once started: written with it, in its statement or
+    # transaction (store.queries.ledger). Not indexed: a receipt finds the entries through the
+    # Runs of a Signal, then their primary key.
+    sa.Column("entry_seq", sa.BigInteger, nullable=True),
     sa.CheckConstraint("state IN ('pending', 'running', 'done', 'failed')", name="state"),
     sa.Index(None, "started_at", "position"),
     sqlite_autoincrement=True,

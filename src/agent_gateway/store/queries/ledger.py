@@ -49,11 +49,14 @@ _POSTGRES_LOCK = direct.Query(sa.text(f"SELECT pg_advisory_xact_lock({_APPEND_LO
 # On PostgreSQL the entries and the tree's nodes go in with one statement (one round trip).
 _POSTGRES_NODES = "INSERT INTO ledger_tree (node, hash) SELECT * FROM unnest(CAST(:keys AS bigint[]), CAST(:hashes AS bytea[]))"
 _POSTGRES_ENTRIES = (
-    "INSERT INTO ledger_entries (seq, kind, leaf, run_id) "
-    "SELECT * FROM unnest(CAST(:seqs AS bigint[]), CAST(:kinds AS varchar[]), CAST(:leaves AS text[]), "
-    "CAST(:run_ids AS varchar[]))"
+    "INSERT INTO ledger_entries (seq, kind, leaf) "
+    "SELECT * FROM unnest(CAST(:seqs AS bigint[]), CAST(:kinds AS varchar[]), CAST(:leaves AS text[]))"
 )
 _POSTGRES_INSERT = direct.Query(sa.text(f"WITH nodes AS ({_POSTGRES_NODES}) {_POSTGRES_ENTRIES}"))
+# The same, writing the Runs whose entries these are as well (each naming its entry).
+_POSTGRES_RECORD_INSERT = direct.Query(
+    sa.text(f"WITH recorded AS ({run_queries.POSTGRES_INSERT}), nodes AS ({_POSTGRES_NODES}) {_POSTGRES_ENTRIES}")
+)
 # And usually with their draw too (a round trip less on every Run's start): the entries and nodes
 # as this process predicts them (tree.Tree.predicted) are written only if the first number drawn
 # is :expected, that is if no other entry was committed since this process's last; the drawn
@@ -63,14 +66,16 @@ _DRAW_INSERT = (
     f"nextval('{POSTGRES_SEQUENCE}') AS n FROM generate_series(1, :count)), "
     "hit AS (SELECT min(n) = CAST(:expected AS BIGINT) AS yes FROM d), "
     f"nodes AS ({_POSTGRES_NODES} WHERE (SELECT yes FROM hit)), "
-    f"entries AS ({_POSTGRES_ENTRIES} WHERE (SELECT yes FROM hit)) "
-    "SELECT n FROM d"
+    f"entries AS ({_POSTGRES_ENTRIES} WHERE (SELECT yes FROM hit))"
 )
-_POSTGRES_DRAW_INSERT = direct.Query(sa.text(f"WITH {_DRAW_INSERT}"))
-# The same, writing the Runs whose entries these are as well, hit or miss (a Run's start: its
-# Runs are recorded and its entry appended in one round trip).
+_POSTGRES_DRAW_INSERT = direct.Query(sa.text(f"WITH {_DRAW_INSERT} SELECT n FROM d"))
+# The same, writing the Runs whose entries these are as well, on a hit (a Run's start: its Runs
+# are recorded, naming the entry, and its entry appended in one round trip); on a miss the
+# caller writes them with the entries, numbered as drawn.
 _POSTGRES_RECORD_DRAW_INSERT = direct.Query(
-    sa.text(f"WITH recorded AS ({run_queries.POSTGRES_INSERT}), {_DRAW_INSERT}")
+    sa.text(
+        f"WITH {_DRAW_INSERT}, recorded AS ({run_queries.POSTGRES_INSERT} WHERE (SELECT yes FROM hit)) SELECT n FROM d"
+    )
 )
 
 
@@ -121,10 +126,10 @@ def _sqlite_insert(count: int) -> str:
     # On SQLite the write lock is held already: the entries are numbered on from the newest in
     # the statement that writes them (one statement where a read of the next number and an
     # executemany were two), and their numbers answered.
-    values = ", ".join(f"({n}, ?, ?, ?)" for n in range(count))
+    values = ", ".join(f"({n}, ?, ?)" for n in range(count))
     return (
-        "INSERT INTO ledger_entries (seq, kind, leaf, run_id) "
-        "SELECT (SELECT coalesce(max(seq), 0) + 1 FROM ledger_entries) + v.column1, v.column2, v.column3, v.column4 "
+        "INSERT INTO ledger_entries (seq, kind, leaf) "
+        "SELECT (SELECT coalesce(max(seq), 0) + 1 FROM ledger_entries) + v.column1, v.column2, v.column3 "
         f"FROM (VALUES {values}) AS v ORDER BY v.column1 RETURNING seq"
     )
 
@@ -140,7 +145,8 @@ class Entry:
 
 @dataclasses.dataclass(frozen=True)
 class New:
-    """An entry to append: its kind, its leaf bytes, and the Run of a run entry."""
+    """An entry to append: its kind, its leaf bytes, and the Run of a run entry (which names
+    the entry's number: ``runs.entry_seq``)."""
 
     kind: str
     leaf: bytes
@@ -152,16 +158,19 @@ async def append(conn: AsyncConnection, new: Sequence[New], record: Sequence[run
     complete; their numbers. Holds the ledger's lock (PostgreSQL) until the transaction ends, and
     wakes :data:`CHANNEL` once it commits when a loop watches the ledger.
 
-    ``record``: Runs to write first (``run_queries.to_record``), on PostgreSQL usually in the same
-    statement."""
+    ``record``: Runs to write too (``run_queries.to_record``), on PostgreSQL usually in the same
+    statement. Each Run of a run entry names the entry: those of ``record`` as they are written,
+    others (recorded before, started since) after."""
     if engine.watched(conn, CHANNEL):
         engine.notify(conn, CHANNEL)
     if conn.dialect.name == "postgresql":
         return await _append_postgres(conn, new, record)
-    await run_queries.insert(conn, record)
     leaves = [entry.leaf for entry in new]
-    values = [value for entry in new for value in (entry.kind, entry.leaf.decode(), entry.run_id)]
+    values = [value for entry in new for value in (entry.kind, entry.leaf.decode())]
     seqs = sorted(int(seq) for (seq,) in await direct.run_sqlite(conn, _sqlite_insert(len(new)), values))  # type: ignore[call-overload]
+    numbered = _numbered(new, seqs)
+    await run_queries.insert(conn, record, numbered)
+    await _number_started(conn, numbered, record)
     # This process's prediction of the tree holds when no other entry was committed since its last.
     predicted = TREE.predicted(conn, leaves)
     if predicted is not None and predicted.first_number == seqs[0]:
@@ -174,15 +183,17 @@ async def append(conn: AsyncConnection, new: Sequence[New], record: Sequence[run
 
 
 async def _append_postgres(conn: AsyncConnection, new: Sequence[New], record: Sequence[run_queries.Run]) -> list[int]:
-    """:func:`append` on PostgreSQL: the Runs recorded, the draw, the entries and the nodes in one
-    statement when this process's prediction holds, else the Runs, then the draw, then the
-    frontier read and the write."""
+    """:func:`append` on PostgreSQL: the draw, the entries, the nodes and the Runs recorded in
+    one statement when this process's prediction holds, else the draw, then the frontier read,
+    then the write."""
     leaves = [entry.leaf for entry in new]
     predicted = TREE.predicted(conn, leaves)
     if predicted is not None:
         seqs = _seqs(predicted.growth, new)
+        numbered = _numbered(new, seqs)
         query, runs = (
-            (_POSTGRES_RECORD_DRAW_INSERT, run_queries.postgres_columns(record)) if record else (_POSTGRES_DRAW_INSERT, {})
+            (_POSTGRES_RECORD_DRAW_INSERT, run_queries.postgres_columns(record, numbered))
+            if record else (_POSTGRES_DRAW_INSERT, {})
         )
         rows = await direct.run(
             conn, query, count=len(new), expected=predicted.first_number,
@@ -191,14 +202,32 @@ async def _append_postgres(conn: AsyncConnection, new: Sequence[New], record: Se
         draws = sorted(number for (number,) in rows)
         if draws[0] == predicted.first_number:
             TREE.committing(conn, predicted.after)
+            await _number_started(conn, numbered, record)
             return seqs
     else:
-        await run_queries.insert(conn, record)
         draws = sorted(number for _, number in await direct.run(conn, _POSTGRES_DRAW, count=len(new)))
     growth = await TREE.growth(conn, draws, leaves)
     seqs = _seqs(growth, new)
-    await direct.run(conn, _POSTGRES_INSERT, **_postgres_columns(growth, seqs, new))
+    numbered = _numbered(new, seqs)
+    query, runs = (
+        (_POSTGRES_RECORD_INSERT, run_queries.postgres_columns(record, numbered)) if record else (_POSTGRES_INSERT, {})
+    )
+    await direct.run(conn, query, **_postgres_columns(growth, seqs, new), **runs)
+    await _number_started(conn, numbered, record)
     return seqs
+
+
+def _numbered(new: Sequence[New], seqs: Sequence[int]) -> dict[str, int]:
+    """The number of each run entry of ``new`` (numbered ``seqs``), by its Run's id."""
+    return {entry.run_id: seq for entry, seq in zip(new, seqs, strict=True) if entry.run_id is not None}
+
+
+async def _number_started(conn: AsyncConnection, numbered: Mapping[str, int], record: Sequence[run_queries.Run]) -> None:
+    """Name the entries of Runs not in ``record``: recorded before, started in this transaction."""
+    recorded = {run.id for run in record}
+    started = {id: seq for id, seq in numbered.items() if id not in recorded}
+    if started:
+        await run_queries.number(conn, started)
 
 
 async def claim_ahead(
@@ -216,10 +245,11 @@ async def claim_ahead(
     predicted = TREE.predicted(conn, [new.leaf])
     if predicted is None:
         return False, None if ending is None else await signal_queries.end(conn, ending)
+    seqs = _seqs(predicted.growth, [new])
     [row] = await direct.run(
         conn, _CLAIMING[ending is not None], count=1, expected=predicted.first_number,
-        **_postgres_columns(predicted.growth, _seqs(predicted.growth, [new]), [new]),
-        **run_queries.postgres_columns(record), **queued.claim_params(), **(ending or {}),
+        **_postgres_columns(predicted.growth, seqs, [new]),
+        **run_queries.postgres_columns(record, _numbered([new], seqs)), **queued.claim_params(), **(ending or {}),
     )
     *answer, drawn = row
     claimed, after = signal_queries.claimed_and_next(answer)
@@ -241,7 +271,6 @@ def _postgres_columns(growth: tree.Growth, seqs: list[int], new: Sequence[New]) 
     return {
         "keys": [key for key, _ in growth.nodes], "hashes": [hash_ for _, hash_ in growth.nodes], "seqs": seqs,
         "kinds": [entry.kind for entry in new], "leaves": [entry.leaf.decode() for entry in new],
-        "run_ids": [entry.run_id for entry in new],
     }
 
 
@@ -275,7 +304,7 @@ def _entry(row: Sequence[object]) -> Entry:
 
 _OF_SIGNAL = direct.Query(
     sa.select(*_COLUMNS)
-    .select_from(ledger_entries.join(runs, runs.c.id == ledger_entries.c.run_id))
+    .select_from(ledger_entries.join(runs, runs.c.entry_seq == ledger_entries.c.seq))
     .where(runs.c.signal_id == sa.bindparam("signal_id"))
     .order_by(ledger_entries.c.seq)
 )

@@ -7,7 +7,9 @@ clause (spec: Run states are one-way).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Sequence
+import types
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -18,6 +20,8 @@ from agent_gateway.store.engine import Store
 from agent_gateway.store.tables import runs, signals
 
 PENDING, RUNNING, DONE, FAILED = "pending", "running", "done", "failed"
+# No Run ledger entries (insert's and postgres_columns' default).
+_NONE: Mapping[str, int] = types.MappingProxyType({})
 STATES = (PENDING, RUNNING, DONE, FAILED)
 
 
@@ -88,8 +92,9 @@ def to_record(
     return recorded
 
 
-async def insert(conn: AsyncConnection, recorded: Sequence[Run]) -> None:
-    """Write Runs made by :func:`to_record`."""
+async def insert(conn: AsyncConnection, recorded: Sequence[Run], entries: Mapping[str, int] = _NONE) -> None:
+    """Write Runs made by :func:`to_record`; ``entries``: the Run ledger entry's number of each
+    started one, by its id (``store.queries.ledger``)."""
     if recorded:
         await direct.run_many(
             conn,
@@ -97,29 +102,37 @@ async def insert(conn: AsyncConnection, recorded: Sequence[Run]) -> None:
             [
                 {
                     "id": run.id, "signal_id": run.signal_id, "session": run.session, "prompt": run.prompt,
-                    "state": run.state, "started_at": run.started_at,
+                    "state": run.state, "started_at": run.started_at, "entry_seq": entries.get(run.id),
                 }
                 for run in recorded
             ],
         )
 
 
+async def number(conn: AsyncConnection, entries: Mapping[str, int]) -> None:
+    """Name the Run ledger entries of Runs already recorded and started since (``entries``: its
+    number by the Run's id), in the transaction that started them and appended those."""
+    await direct.run_many(conn, _NUMBER, [{"run_id": id, "entry_seq": seq} for id, seq in entries.items()])
+
+
 # :func:`insert` as a data-modifying CTE of another PostgreSQL statement (its parameters from
 # :func:`postgres_columns`): the Runs a Signal Worker records as it starts the first go in with
 # that Run's ledger entry, one round trip less per Run start.
 POSTGRES_INSERT = (
-    "INSERT INTO runs (id, signal_id, session, prompt, state, started_at) "
+    "INSERT INTO runs (id, signal_id, session, prompt, state, started_at, entry_seq) "
     "SELECT * FROM unnest(CAST(:record_ids AS varchar[]), CAST(:record_signal_ids AS varchar[]), "
     "CAST(:record_sessions AS text[]), CAST(:record_prompts AS text[]), CAST(:record_states AS varchar[]), "
-    "CAST(:record_started_at AS varchar[]))"
+    "CAST(:record_started_at AS varchar[]), CAST(:record_entry_seqs AS bigint[]))"
 )
 
 
-def postgres_columns(recorded: Sequence[Run]) -> dict[str, list[str | None]]:
+def postgres_columns(recorded: Sequence[Run], entries: Mapping[str, int] = _NONE) -> dict[str, list[Any]]:
+    """:data:`POSTGRES_INSERT`'s parameters (``entries`` as :func:`insert` takes them)."""
     return {
         "record_ids": [run.id for run in recorded], "record_signal_ids": [run.signal_id for run in recorded],
         "record_sessions": [run.session for run in recorded], "record_prompts": [run.prompt for run in recorded],
         "record_states": [run.state for run in recorded], "record_started_at": [run.started_at for run in recorded],
+        "record_entry_seqs": [entries.get(run.id) for run in recorded],
     }
 
 
@@ -172,8 +185,14 @@ async def recent(store: Store, *, limit: int, signal_id: str | None = None) -> l
 # The worker's writes, built once and run straight on the driver (see store.direct): they are its hot path.
 _INSERT = direct.Query(
     runs.insert()
-    .values({column: sa.bindparam(column) for column in ("id", "signal_id", "session", "prompt", "state", "started_at")})
+    .values({
+        column: sa.bindparam(column)
+        for column in ("id", "signal_id", "session", "prompt", "state", "started_at", "entry_seq")
+    })
     .inline()  # no RETURNING of the new row's position
+)
+_NUMBER = direct.Query(
+    runs.update().where(runs.c.id == sa.bindparam("run_id")).values(entry_seq=sa.bindparam("entry_seq"))
 )
 _START = direct.Query(
     runs.update()
