@@ -101,6 +101,9 @@ ledger_entries = sa.Table(
     sa.Column("seq", Serial, primary_key=True, autoincrement=False),
     sa.Column("kind", sa.String(16), nullable=False),
     sa.Column("leaf", sa.Text, nullable=False),
+    # The Run of a run entry, as processes before migration 0015 wrote it (they may still run
+    # during a rolling restart); unindexed. Since 0015 the Run names its entry (runs.entry_seq).
+    sa.Column("run_id", Uuid, nullable=True),
     sa.CheckConstraint("kind IN ('instructions', 'run')", name="kind"),
     # The instructions entry in force is the newest one (store.queries.ledger.last_instructions).
     # Partial, so a Run's entry writes no entry in it (a page less in each Run's commit); a query
