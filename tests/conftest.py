@@ -26,6 +26,7 @@ import httpx
 import pytest
 import sqlalchemy as sa
 from alembic import command
+from sqlalchemy.ext.asyncio import AsyncEngine
 from xdist.scheduler import LoadScopeScheduling
 
 from agent_gateway import config
@@ -103,6 +104,20 @@ async def terminate_lock_sessions(database_url: str) -> None:
         )
     finally:
         await admin_connection.close()
+
+
+@contextlib.asynccontextmanager
+async def engine_at(url: str, revision: str = "head") -> AsyncIterator[AsyncEngine]:
+    """An engine on the empty database ``url`` (its SQLite file created), migrated up to
+    ``revision``; disposed after."""
+    if url.startswith("sqlite"):
+        migrate.create_sqlite_file(url)
+    created = engine.create_engine(url)
+    try:
+        await migrate.upgrade(created, revision)
+        yield created
+    finally:
+        await created.dispose()
 
 
 def downgrade(connection: sa.Connection, revision: str) -> None:

@@ -8,8 +8,7 @@ import pytest
 import sqlalchemy as sa
 
 from agent_gateway.store import migrate
-from agent_gateway.store.engine import create_engine
-from tests.conftest import downgrade
+from tests.conftest import downgrade, engine_at
 
 pytestmark = pytest.mark.parametrize("empty_database_url", ["sqlite", "postgresql"], indirect=True)
 
@@ -28,12 +27,7 @@ def _schema(connection: sa.Connection) -> dict[str, object]:
 
 
 async def test_down_to_nothing_and_up_again_gives_the_same_schema(empty_database_url: str) -> None:
-    url = empty_database_url
-    if url.startswith("sqlite"):
-        migrate.create_sqlite_file(url)
-    engine = create_engine(url)
-    try:
-        await migrate.upgrade(engine)
+    async with engine_at(empty_database_url) as engine:
         async with engine.connect() as conn:
             head = await conn.run_sync(_schema)
         assert "nostr_auth_events" in head
@@ -54,6 +48,3 @@ async def test_down_to_nothing_and_up_again_gives_the_same_schema(empty_database
         await migrate.upgrade(engine)
         async with engine.connect() as conn:
             assert await conn.run_sync(_schema) == head
-    finally:
-        await engine.dispose()
-

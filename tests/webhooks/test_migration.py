@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 import sqlalchemy as sa
 
 from agent_gateway.store import migrate
-from agent_gateway.store.engine import create_engine
-from tests.conftest import downgrade
+from tests.conftest import downgrade, engine_at
 
 pytestmark = pytest.mark.processes
 
@@ -36,47 +33,36 @@ def delivery(id: str, event: str, **columns: object) -> dict[str, object]:
     }
 
 
-def test_upgrade_keeps_copies_refers_from_then_on_and_downgrade_copies_back(empty_database_url: str) -> None:
-    url = empty_database_url
-    if url.startswith("sqlite"):
-        migrate.create_sqlite_file(url)
-
-    async def main() -> None:
-        engine = create_engine(url)
-        try:
-            await migrate.upgrade(engine, "0003")
-            async with engine.begin() as conn:
-                await conn.execute(
-                    deliveries.insert().values(delivery("00000000-0000-7000-8000-000000000001", "message.inbound", body=COPIED))
-                )
-            await migrate.upgrade(engine)
-            async with engine.begin() as conn:
-                await conn.execute(sa.table("decisions", *(sa.column(c) for c in DECISION)).insert().values(DECISION))
-                await conn.execute(deliveries.insert().values(
-                    delivery("00000000-0000-7000-8000-000000000002", "decision.published", decision_seq=7)
-                ))
-                rows = (await conn.execute(sa.select(deliveries.c.id, deliveries.c.body, deliveries.c.decision_seq))).all()
-                assert sorted(rows) == [
-                    ("00000000-0000-7000-8000-000000000001", COPIED, None),
-                    ("00000000-0000-7000-8000-000000000002", None, 7),
-                ]
-            # Exactly one of the two: a body, or the number of the Decision it is made from.
-            for neither_or_both in ({}, {"body": COPIED, "decision_seq": 7}):
-                with pytest.raises(sa.exc.IntegrityError):
-                    async with engine.begin() as conn:
-                        await conn.execute(deliveries.insert().values(
-                            delivery("00000000-0000-7000-8000-000000000003", "decision.published", **neither_or_both)
-                        ))
-            async with engine.begin() as conn:
-                await conn.run_sync(downgrade, "0003")
-            async with engine.begin() as conn:
-                rows = (await conn.execute(sa.select(deliveries.c.id, deliveries.c.body).order_by(deliveries.c.id))).all()
-            assert [tuple(row) for row in rows] == [
-                ("00000000-0000-7000-8000-000000000001", COPIED),
-                ("00000000-0000-7000-8000-000000000002", DECISION_BODY),
+async def test_upgrade_keeps_copies_refers_from_then_on_and_downgrade_copies_back(empty_database_url: str) -> None:
+    async with engine_at(empty_database_url, "0003") as engine:
+        async with engine.begin() as conn:
+            await conn.execute(
+                deliveries.insert().values(delivery("00000000-0000-7000-8000-000000000001", "message.inbound", body=COPIED))
+            )
+        await migrate.upgrade(engine)
+        async with engine.begin() as conn:
+            await conn.execute(sa.table("decisions", *(sa.column(c) for c in DECISION)).insert().values(DECISION))
+            await conn.execute(deliveries.insert().values(
+                delivery("00000000-0000-7000-8000-000000000002", "decision.published", decision_seq=7)
+            ))
+            rows = (await conn.execute(sa.select(deliveries.c.id, deliveries.c.body, deliveries.c.decision_seq))).all()
+            assert sorted(rows) == [
+                ("00000000-0000-7000-8000-000000000001", COPIED, None),
+                ("00000000-0000-7000-8000-000000000002", None, 7),
             ]
-            await migrate.upgrade(engine)  # and up again
-        finally:
-            await engine.dispose()
-
-    asyncio.run(main())
+        # Exactly one of the two: a body, or the number of the Decision it is made from.
+        for neither_or_both in ({}, {"body": COPIED, "decision_seq": 7}):
+            with pytest.raises(sa.exc.IntegrityError):
+                async with engine.begin() as conn:
+                    await conn.execute(deliveries.insert().values(
+                        delivery("00000000-0000-7000-8000-000000000003", "decision.published", **neither_or_both)
+                    ))
+        async with engine.begin() as conn:
+            await conn.run_sync(downgrade, "0003")
+        async with engine.begin() as conn:
+            rows = (await conn.execute(sa.select(deliveries.c.id, deliveries.c.body).order_by(deliveries.c.id))).all()
+        assert [tuple(row) for row in rows] == [
+            ("00000000-0000-7000-8000-000000000001", COPIED),
+            ("00000000-0000-7000-8000-000000000002", DECISION_BODY),
+        ]
+        await migrate.upgrade(engine)  # and up again
