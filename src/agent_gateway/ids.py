@@ -28,7 +28,6 @@ def uuid(name: str, value: str | None) -> str | None:
     return value.lower()
 
 
-
 def new() -> str:
     """A new record id (a Message's, a Signal's, a Run's, an outbox row's): a UUID of version 7
     (RFC 9562, 5.7), its first 48 bits the Unix time in milliseconds and 74 of the rest random, so

@@ -20,9 +20,9 @@ from agent_gateway.store.engine import Store
 from agent_gateway.store.tables import runs, signals
 
 PENDING, RUNNING, DONE, FAILED = "pending", "running", "done", "failed"
+STATES = (PENDING, RUNNING, DONE, FAILED)
 # No Run ledger entries (insert's and postgres_columns' default).
 _NONE: Mapping[str, int] = types.MappingProxyType({})
-STATES = (PENDING, RUNNING, DONE, FAILED)
 
 
 @dataclasses.dataclass(frozen=True)
