@@ -87,10 +87,12 @@ class Conversation:
         raise AssertionError(f"no answer; the gateway's log:\n{self.gateway.output()}")
 
     def last_run(self) -> dict[str, Any]:
-        """The newest Run, once it has ended."""
+        """The Run of the last Message said, once it has ended (it is recorded only when the worker
+        claims the Message's Signal, after the POST has answered)."""
+        [signal] = httpx.get(f"{self.gateway.agent_url}/signals", params={"limit": 1}).json()["signals"]
         deadline = time.monotonic() + ANSWER_DEADLINE_S
         while time.monotonic() < deadline:
-            runs = httpx.get(f"{self.gateway.agent_url}/runs", params={"limit": 1}).json()["runs"]
+            runs = httpx.get(f"{self.gateway.agent_url}/runs", params={"signalId": signal["id"]}).json()["runs"]
             if runs and runs[0]["state"] in ("done", "failed"):
                 return runs[0]
             time.sleep(0.05)

@@ -104,12 +104,15 @@ class User:
 
 
 async def run_settled(gateway: served.ServedGateway, count: int) -> list[dict[str, Any]]:
-    """The newest ``count`` Runs once each has ended, newest first."""
+    """The newest ``count`` Runs once each has ended, newest first, the newest Signal's among them (a
+    Message's Run is recorded only when the worker claims its Signal, after the POST has answered)."""
     deadline = time.monotonic() + ANSWER_DEADLINE_S
     async with httpx.AsyncClient(base_url=gateway.agent_url, timeout=60) as agent:
+        [newest] = (await agent.get("/signals", params={"limit": "1"})).json()["signals"]
         while True:
             runs = (await agent.get("/runs", params={"limit": str(count)})).json()["runs"]
-            if len(runs) == count and all(run["state"] in ("done", "failed") for run in runs):
+            ended = all(run["state"] in ("done", "failed") for run in runs)
+            if len(runs) == count and ended and newest["id"] in {run["signalId"] for run in runs}:
                 return runs
             assert time.monotonic() < deadline, gateway.output()
             await asyncio.sleep(0.05)
