@@ -86,10 +86,12 @@ def test_other_keys_sign_with_a_configured_algorithm(kind: str, algorithm: str, 
 
 
 @pytest.mark.parametrize("pem", [keys.generate_pem("ed25519"), REFUSED_WITHOUT_ALGORITHM["Ed448"]()], ids=["Ed25519", "Ed448"])
-def test_edwards_keys_sign_straight_as_joserfc_would(pem: bytes) -> None:
-    # EdDSA is deterministic: the signature made straight with cryptography is joserfc's, byte for byte.
+@pytest.mark.parametrize("statement", ["x", "", "é\u2028" * 3, "s" * 300_000], ids=["short", "empty", "unicode", "long"])
+def test_edwards_keys_sign_straight_as_joserfc_would(pem: bytes, statement: str) -> None:
+    # EdDSA is deterministic: the signature made straight (Ed25519 by libsodium, Ed448 by
+    # cryptography) is joserfc's, made by OpenSSL, byte for byte.
     identity = SigningIdentity(pem, "EdDSA")
-    header, payload, signature = identity.sign(b'{"statement":"x"}', "t").split(".")
+    header, payload, signature = identity.sign(orjson.dumps({"statement": statement}), "t").split(".")
     expected = jose.algorithm("EdDSA").sign(f"{header}.{payload}".encode(), identity.key)
     assert urlsafe_b64decode(signature.encode()) == expected
     assert identity.verify(f"{header}.{payload}.{signature}") is not None
