@@ -7,7 +7,7 @@ import asyncio
 import orjson
 import pytest
 
-from agent_gateway import errors
+from agent_gateway import errors, jsontext
 from agent_gateway.decisions import service
 from agent_gateway.signatures import keys
 from agent_gateway.signatures.identity import AlgorithmMismatch, SigningIdentity
@@ -169,3 +169,15 @@ async def test_a_publish_wakes_the_log_watcher_only_when_watched_and_in_another_
         other.unsubscribe(outbox.CHANNEL, deliverers)
         other.unsubscribe("probe", probe)
         await other.close()
+
+
+async def test_a_page_embeds_each_statement_as_stored_byte_for_byte_as_encoding_it_would(store: Store) -> None:
+    # service.page embeds the stored JSON text of each Statement instead of parsing and encoding it
+    # again: the body must be exactly the one built from the parsed Decisions.
+    statements = ["plain", 'quotes " and \\ backslash', "é ü 漢字 🎉", "line\nbreak\ttab\x01\x1f", "\u2028\u2029", "</script>", "s" * 10_000]
+    for statement in statements:
+        await publish(store, statement)
+    window = Window(after=0, limit=50)
+    body = await service.page(store, window)
+    assert body == jsontext.dumps({"decisions": [decision.to_json() for decision in await service.read(store, window)]})
+    assert [decision["statement"] for decision in orjson.loads(body)["decisions"]] == statements

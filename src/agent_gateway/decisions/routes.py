@@ -16,7 +16,6 @@ from agent_gateway.http import params
 from agent_gateway.http.app import router as new_router
 from agent_gateway.http.fastpath import Answer
 from agent_gateway.http.routing import error_responses, json_response
-from agent_gateway.store.engine import Store
 from agent_gateway.store.window import Window
 
 
@@ -36,12 +35,7 @@ Authenticated = Annotated[schemes.Authenticated, Depends(schemes.authenticated)]
 
 
 async def _read(request: Request, window: Window) -> Any:
-    return Response(await _page(request.app.state.store, window), media_type="application/json")
-
-
-async def _page(store: Store, window: Window) -> bytes:
-    decisions = await service.read(store, window)
-    return jsontext.dumps({"decisions": [decision.to_json() for decision in decisions]})
+    return Response(await service.page(request.app.state.store, window), media_type="application/json")
 
 
 async def _get(request: Request, seq: str) -> Any:
@@ -98,7 +92,7 @@ async def fast_read_agent(scope: Scope, query: dict[str, str]) -> Answer | None:
     window = params.plain_window(query)
     if window is None:
         return None
-    return 200, await _page(scope["app"].state.store, window)
+    return 200, await service.page(scope["app"].state.store, window)
 
 
 @public.fast(read_public)
@@ -108,4 +102,4 @@ async def fast_read_public(scope: Scope, query: dict[str, str]) -> Answer | None
     if window is None:
         return None
     await schemes.authenticated(Request(scope))
-    return 200, await _page(scope["app"].state.store, window)
+    return 200, await service.page(scope["app"].state.store, window)

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import orjson
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from agent_gateway import clock, errors
+from agent_gateway import clock, errors, jsontext
 from agent_gateway.ops import metrics
 from agent_gateway.signatures.identity import SigningIdentity
 from agent_gateway.signatures.service import DECISION_TYP
@@ -94,3 +94,8 @@ async def get(store: Store, seq: int) -> Decision:
 async def read(store: Store, window: Window) -> list[Decision]:
     """The Decisions of a cursor window, ascending by number (spec: Cursor-window reads)."""
     return await queries.window(store, window=window)
+
+
+async def page(store: Store, window: Window) -> bytes:
+    """The JSON body of ``GET /decisions``: the Decisions of a cursor window (:func:`read`)."""
+    return jsontext.dumps({"decisions": await queries.window_records(store, window=window)})
