@@ -155,24 +155,22 @@ def appended(frontier: Sequence[bytes], size: int, leaves: Iterable[bytes]) -> t
     """The nodes that appending ``leaves`` (leaf hashes) to a tree of ``size`` completes, leaves
     included, in order, and the frontier of the grown tree; ``frontier`` holds the hashes of
     ``subtrees(0, size)``."""
-    # The frontier as a stack, its subtrees' levels beside their hashes, the smallest on top.
-    levels = [level for level, _ in subtrees(0, size)]
+    # The frontier as a stack, the smallest subtree on top: one subtree per bit set in the size,
+    # of that bit's level. A leaf completes a node of each level from 0 up to the lowest bit not
+    # set: those subtrees are the top of the stack, each the left half of the next node up.
+    if len(frontier) != size.bit_count():
+        raise ValueError(f"a tree of {size} has a frontier of {size.bit_count()} subtrees, not {len(frontier)}")
     hashes = list(frontier)
-    if len(levels) != len(hashes):
-        raise ValueError(f"a tree of {size} has a frontier of {len(levels)} subtrees, not {len(hashes)}")
     completed = []
     for hash_ in leaves:
-        level, index = 0, size
-        size += 1
-        completed.append(((0, index), hash_))
-        # Two neighbours of one level make a complete node of the next (they are its halves).
-        while levels and levels[-1] == level:
-            levels.pop()
+        completed.append(((0, size), hash_))
+        level = 0
+        while size >> level & 1:
             hash_ = node_hash(hashes.pop(), hash_)
-            level, index = level + 1, index >> 1
-            completed.append(((level, index), hash_))
-        levels.append(level)
+            level += 1
+            completed.append(((level, size >> level), hash_))
         hashes.append(hash_)
+        size += 1
     # What is left is the grown tree's subtrees(0, size), left to right.
     return completed, hashes
 

@@ -25,6 +25,7 @@ from agent_gateway.signals.handlers import Handlers, Prompt
 from agent_gateway.store import tables
 from agent_gateway.store.engine import Store
 from agent_gateway.store.queries import ledger as queries
+from agent_gateway.store.queries import signals as signal_queries
 from agent_gateway.store.queries.runs import Run
 from agent_gateway.store.queries.signals import Signal
 from agent_gateway.store.window import Window
@@ -185,6 +186,30 @@ async def test_concurrent_writers_through_separate_stores_number_one_gap_free_le
         await asyncio.gather(*(write(writers[n % 2], n) for n in range(4)))
         found = await ledger(gateway.store)
         assert len({entry.get("run") for entry in found[1:]}) == len(found) - 1 == 40
+    finally:
+        await other.close()
+
+
+async def test_a_writer_overtaken_by_another_process_numbers_its_entry_after_the_other(gateway: Gateway) -> None:
+    """Each Store predicts its next entry's number from its own last entry; when another Store
+    appended in between, that number is taken, and the entry is numbered after the other's:
+    in the order written, gap-free, each Run naming its entry, the tree whole."""
+    other = Store(gateway.settings.database_url)
+    try:
+        writers = [gateway.ledger, Ledger(other)]
+        writers[1].instructions_seq = gateway.ledger.instructions_seq
+        signal = Signal("5d6f3c1e-0000-4000-8000-00000000000b", "k", {}, clock.now_iso(), "processing", None)
+        async with gateway.store.transaction() as conn:
+            await signal_queries.insert(conn, id=signal.id, kind=signal.kind, payload={}, emitted_at=signal.emitted_at)
+        written = []
+        # Twice in a row (the prediction holds), then each overtaken by the other.
+        for i, n in enumerate([0, 0, 1, 1, 0, 1, 0, 0]):
+            run = Run(f"5d6f3c1e-0000-4000-8000-{n:06d}{i:06d}", signal.id, "s", "p", "running", None, None, None)
+            async with writers[n].store.transaction() as conn:
+                await writers[n].started(conn, signal, [run], clock.now_iso(), [run])
+            written.append(run.id)
+        found = await ledger(gateway.store)
+        assert [entry.get("run") for entry in found[-len(written):]] == written
     finally:
         await other.close()
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -121,6 +122,15 @@ _LAST_INSTRUCTIONS = direct.Query(
 _WINDOWS = windows.Queries(sa.select(*_COLUMNS), ledger_entries.c.seq)
 
 
+# One entry numbered as this process predicts it (the usual Run start): written unless that number
+# is taken, which it is exactly when another process appended since this one's last entry (the
+# entries are numbered from 1 without gaps and never deleted, so the number is either the next
+# or taken). Then nothing is written, no row answered, and the entry is numbered as below. A
+# plain insert where that one reads the newest number, numbers and sorts: a Run's start on SQLite
+# spends its ledger's time in statements like these.
+_SQLITE_PREDICTED_INSERT = "INSERT OR IGNORE INTO ledger_entries (seq, kind, leaf) VALUES (?, ?, ?) RETURNING seq"
+
+
 @functools.lru_cache(maxsize=16)
 def _sqlite_insert(count: int) -> str:
     # On SQLite the write lock is held already: the entries are numbered on from the newest in
@@ -167,12 +177,17 @@ async def append(conn: AsyncConnection, new: Sequence[New], record: Sequence[run
         return await _append_postgres(conn, new, record)
     leaves = [entry.leaf for entry in new]
     values = [value for entry in new for value in (entry.kind, entry.leaf.decode())]
-    seqs = sorted(int(seq) for (seq,) in await direct.run_sqlite(conn, _sqlite_insert(len(new)), values))  # type: ignore[call-overload]
+    # This process's prediction of the tree holds when no other entry was committed since its last.
+    predicted = TREE.predicted(conn, leaves)
+    rows: Sequence[Sequence[Any]] = ()
+    if predicted is not None and len(new) == 1:
+        rows = await direct.run_sqlite(conn, _SQLITE_PREDICTED_INSERT, [predicted.first_number, *values])
+    if not rows:
+        rows = await direct.run_sqlite(conn, _sqlite_insert(len(new)), values)
+    seqs = sorted(int(seq) for (seq,) in rows)
     numbered = _numbered(new, seqs)
     await run_queries.insert(conn, record, numbered)
     await _number_started(conn, numbered, record)
-    # This process's prediction of the tree holds when no other entry was committed since its last.
-    predicted = TREE.predicted(conn, leaves)
     if predicted is not None and predicted.first_number == seqs[0]:
         growth = predicted.growth
         TREE.committing(conn, predicted.after)
