@@ -125,9 +125,9 @@ _WINDOWS = windows.Queries(sa.select(*_COLUMNS), ledger_entries.c.seq)
 # One entry numbered as this process predicts it (the usual Run start): written unless that number
 # is taken, which it is exactly when another process appended since this one's last entry (the
 # entries are numbered from 1 without gaps and never deleted, so the number is either the next
-# or taken). Then nothing is written, no row answered, and the entry is numbered as below. A
-# plain insert where that one reads the newest number, numbers and sorts: a Run's start on SQLite
-# spends its ledger's time in statements like these.
+# or taken); then nothing is written, no row answered, and the entry is numbered as below. A plain
+# insert where that one reads the newest number, numbers and sorts. One entry only: of several,
+# OR IGNORE would skip the taken numbers and write the others.
 _SQLITE_PREDICTED_INSERT = "INSERT OR IGNORE INTO ledger_entries (seq, kind, leaf) VALUES (?, ?, ?) RETURNING seq"
 
 
