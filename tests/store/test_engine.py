@@ -103,6 +103,29 @@ async def test_a_read_sees_only_committed_data_while_a_write_is_open(store: Stor
     assert await user_ids(store) == ["00000000-0000-4000-8000-000000000001"]
 
 
+async def test_sqlite_writers_take_the_connection_used_last(sqlite_template: Path, tmp_path: Path) -> None:
+    """On SQLite a connection drops its whole page cache when it finds that another one has written
+    since its last transaction: this process's writers, one after another, take the pooled
+    connection returned last (a writer's, whose cache holds what it wrote), not the one idle
+    longest, even after a read held a second connection."""
+    path = tmp_path / "gateway.db"
+    path.write_bytes(sqlite_template.read_bytes())
+    store = Store(f"sqlite:///{path}")
+    try:
+
+        async def writer() -> object:
+            async with store.transaction() as conn:
+                await insert_user(conn, str(uuid.uuid4()))
+                return conn.sync_connection.connection.driver_connection
+
+        async with store.read() as reading:  # two connections in the pool from here on
+            await reading.execute(sa.select(1))
+            await writer()
+        assert len({await writer() for _ in range(4)}) == 1
+    finally:
+        await store.close()
+
+
 async def test_concurrent_writers_all_commit(store: Store) -> None:
     # On SQLite writers take the lock at BEGIN (IMMEDIATE) and wait their turn
     # on the busy timeout; two read-then-write transactions must not deadlock.

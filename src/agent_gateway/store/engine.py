@@ -76,6 +76,12 @@ def create_engine(
         )
         if database != ":memory:":  # an in-memory database is one connection, or each would see its own
             options["pool_size"] = SQLITE_POOL_SIZE
+            # The connection returned last first: a SQLite connection drops its whole page cache
+            # when another one has written since its last transaction, so writers that took the
+            # pool's connections in turn (its default) each read every page again (a write
+            # transaction 25-30 % dearer in a throwaway test); taken last-in first-out, the
+            # process's writers keep to one connection while nothing else holds it.
+            options["pool_use_lifo"] = True
     engine = create_async_engine(
         async_url(url),
         # Every Store transaction ends in COMMIT or ROLLBACK, so the pool need not reset.
