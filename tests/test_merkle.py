@@ -89,12 +89,12 @@ def test_the_hashes_of_the_reference_tree() -> None:
     assert len(tree.nodes) == 15
 
 
-
 @pytest.mark.parametrize(("size", "subtrees"), [(0, 1), (1, 0), (6, 1), (7, 2), (7, 4)])
 def test_a_frontier_of_the_wrong_length_is_refused(size: int, subtrees: int) -> None:
     # A tree of 7 leaves is three subtrees (4, 2 and 1 leaves): two or four hashes are not its frontier.
     with pytest.raises(ValueError, match=f"a tree of {size} has a frontier of {size.bit_count()} subtrees, not {subtrees}"):
         merkle.appended([merkle.EMPTY_ROOT] * subtrees, size, [merkle.leaf_hash(b"x")])
+
 
 @pytest.mark.parametrize("size", range(9))
 async def test_the_roots_of_the_reference_trees(size: int) -> None:
