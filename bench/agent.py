@@ -26,10 +26,11 @@ for the newest Signal every 0.1 s, then reads each User's log once.
 each, side by side, the burst measured on each in N alternating rounds (each goes first as
 often as the other), so a machine whose speed drifts over minutes drifts under both alike; it
 prints PostgreSQL's answered per second as a share of SQLite's, by the median round and on the
-sums, with the interval the sums' ratio falls in when the rounds are resampled. Each gateway
-takes one burst first, not counted (its connections opened, its statements prepared). Its Users
-are admitted with the operator's Python API, so ``--clients 300 --burst 300`` is a burst of 300
-Messages from 300 Users, one each.
+sums, with the interval the sums' ratio falls in when the rounds are resampled, and how long each
+backend took to answer the burst's inbound ``POST``s (the Runs go on after, on PostgreSQL also
+during). Each gateway takes one burst first, not counted (its connections opened, its statements
+prepared). Its Users are admitted with the operator's Python API, so ``--clients 300 --burst 300``
+is a burst of 300 Messages from 300 Users, one each.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ import signal
 import statistics
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from bench import harness, rawhttp
 from bench.messages import admit_many, admit_with_token
@@ -90,12 +91,19 @@ async def sequential(served: ServedGateway, samples: int, auth: dict[str, str] |
         return [await one_answer(public, served, f"ping {n}") for n in range(samples)]
 
 
+class Burst(NamedTuple):
+    """One burst's figures."""
+
+    rate: float  # Messages answered per second, from the first sent to the last answer
+    client_cpu_ms: float  # this client's own CPU per Message (taken from the gateway's two cores)
+    inbound_s: float  # from the first sent until every inbound POST was answered (201)
+
+
 async def burst(
     served: ServedGateway, total: int, clients: int, users: list[tuple[str, dict[str, str]]] | None = None
-) -> tuple[float, float]:
+) -> Burst:
     """``total`` Messages from ``clients`` Users at once (``users``, or Users admitted now), until
-    every one is answered: answered per second, and this client's own CPU milliseconds per
-    Message (taken from the gateway's two cores)."""
+    every one is answered."""
     if users is None:
         users = [admit_with_token(served) for _ in range(clients)]
     shares = [total // clients + (1 if n < total % clients else 0) for n in range(clients)]
@@ -136,8 +144,12 @@ async def burst(
         started, cpu = datetime.datetime.now(datetime.UTC), time.process_time()
         # Every Message is sent before the poller looks: the newest Signal is then the burst's last.
         await asyncio.gather(*(user_sends(auth, count) for (_, auth), count in zip(users, shares)))
+        inbound = datetime.datetime.now(datetime.UTC)
         ended = await last_answer(agent)
-    return total / (ended - started).total_seconds(), (time.process_time() - cpu) * 1000 / total
+    return Burst(
+        total / (ended - started).total_seconds(), (time.process_time() - cpu) * 1000 / total,
+        (inbound - started).total_seconds(),
+    )
 
 
 def agent_pid(served: ServedGateway) -> int:
@@ -204,10 +216,11 @@ def bench(
             f"{backend:<10} Message -> echo answer readable, sequential ({samples}): "
             f"p50 {cuts[49]:.1f} ms  p99 {cuts[98]:.1f} ms  max {max(delays):.1f} ms"
         )
-        rate, client_cpu_ms = asyncio.run(burst(served, total, clients))
+        measured = asyncio.run(burst(served, total, clients))
         print(
-            f"{backend:<10} {total} Messages at once from {clients} clients: {rate:,.0f} answered/s "
-            f"(this client's CPU: {client_cpu_ms:.1f} ms per Message)"
+            f"{backend:<10} {total} Messages at once from {clients} clients: {measured.rate:,.0f} answered/s "
+            f"(every inbound POST answered after {measured.inbound_s * 1000:.0f} ms; this client's CPU: "
+            f"{measured.client_cpu_ms:.1f} ms per Message)"
         )
         if mode == "per-run" or kills == 0:
             return
@@ -225,7 +238,7 @@ def warm_up(
     database connections and prepares its statements on each (on PostgreSQL its first answer
     came about a second later than in the bursts after it)."""
     for name, served in gateways.items():
-        warm = asyncio.run(burst(served, total, clients, users[name][-clients:]))[0]
+        warm = asyncio.run(burst(served, total, clients, users[name][-clients:])).rate
         print(f"warm-up burst (not counted): {name} {warm:,.0f} answered/s")
 
 
@@ -239,12 +252,17 @@ def compare_backends(rounds: int, total: int, clients: int, mode: str) -> None:
         users = {name: admit_many(served, clients) for name, served in gateways.items()}
         warm_up(gateways, total, clients, users)
         rate: dict[str, list[float]] = {name: [] for name in gateways}
+        inbound_ms: dict[str, list[float]] = {name: [] for name in gateways}
         for number in range(rounds):
             for name in ("sqlite", "postgresql") if number % 2 == 0 else ("postgresql", "sqlite"):
-                rate[name].append(asyncio.run(burst(gateways[name], total, clients, users[name]))[0])
+                measured = asyncio.run(burst(gateways[name], total, clients, users[name]))
+                rate[name].append(measured.rate)
+                inbound_ms[name].append(measured.inbound_s * 1000)
             print(
                 f"round {number + 1} (load {os.getloadavg()[0]:.1f}): "
-                + "   ".join(f"{name} {rate[name][-1]:6,.0f} answered/s" for name in gateways)
+                + "   ".join(
+                    f"{name} {rate[name][-1]:6,.0f} answered/s (inbound {inbound_ms[name][-1]:4.0f} ms)" for name in gateways
+                )
             )
     per_round = sorted(a / b for a, b in zip(rate["postgresql"], rate["sqlite"], strict=True))
     low, high = harness.interval(rate["postgresql"], rate["sqlite"])
@@ -253,7 +271,9 @@ def compare_backends(rounds: int, total: int, clients: int, mode: str) -> None:
         f"{statistics.median(rate['postgresql']):,.0f}/s, SQLite {statistics.median(rate['sqlite']):,.0f}/s (medians); "
         f"PostgreSQL's median round {statistics.median(per_round):.1%} of SQLite's ({per_round[0]:.0%}-{per_round[-1]:.0%}), "
         f"{sum(rate['postgresql']) / sum(rate['sqlite']):.1%} on the sums ({low:.1%}-{high:.1%} in 95 % of "
-        "resamplings of the rounds)"
+        "resamplings of the rounds); every inbound POST answered after "
+        f"{statistics.median(inbound_ms['postgresql']):.0f} ms on PostgreSQL, "
+        f"{statistics.median(inbound_ms['sqlite']):.0f} ms on SQLite (medians)"
     )
 
 

@@ -71,7 +71,7 @@ def compare(backend: str, other: Path | None, rounds: int, samples: int, total: 
                 served = gateways[name]
                 p50[name].append(statistics.median(asyncio.run(sequential(served, samples, users[name][0][1]))))
                 before = harness.tree_cpu_s(served.process.pid)
-                rate[name].append(asyncio.run(burst(served, total, clients, users[name][1:]))[0])
+                rate[name].append(asyncio.run(burst(served, total, clients, users[name][1:])).rate)
                 cpu_ms[name].append((harness.tree_cpu_s(served.process.pid) - before) * 1000 / total)
             print(
                 f"[{backend}] round {number + 1} (load {os.getloadavg()[0]:.1f}): "
