@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from agent_gateway import clock, config
 from agent_gateway.auth import nip98
-from agent_gateway.auth.nip98 import WINDOW, Claim, NostrScheme, verified_pubkey
+from agent_gateway.auth.nip98 import WINDOW, Claim, NostrScheme, signed_url, verified_pubkey
 from agent_gateway.auth.tokens import PasswordScheme
 from agent_gateway.channels import identities
 from agent_gateway.gateway import Gateway
@@ -129,6 +129,153 @@ async def test_every_failed_condition_is_the_one_401(public: httpx.AsyncClient, 
     for name, headers in cases.items():
         response = await public.get("/users/me", headers=headers)
         assert (response.status_code, response.content) == (401, expected), name
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+# Credentials no event is behind, as a hostile client may send them (Starlette reads the header's bytes
+# as latin-1, so any of 0x80-0xFF arrives as a character): each is the one 401, never an exception.
+HOSTILE = {
+    "a character past ASCII": "\xe9AAAA",
+    "only characters past ASCII": "\xff\xfe\xfd\xfc",
+    "a NUL": "AAA\x00",
+    "a NUL alone": "\x00",
+    "a control character": "AA\x7fA",
+    "whitespace inside": "AA AA",
+    "padding only": "====",
+    "not UTF-8": b64(b"\xff\xfe{}"),
+    "a lone surrogate": b64(b'{"kind": "\\ud800"}'),
+    "a NUL in a JSON string": b64(b'{"content": "a\x00b"}'),
+    "nested past any depth": b64(b"[" * 5000 + b"]" * 5000),
+    "objects nested past any depth": b64(b'{"a":' * 2000 + b"1" + b"}" * 2000),
+    "NaN": b64(b'{"created_at": NaN}'),
+    "a number past a double": b64(b'{"created_at": 1e400}'),
+    "an integer past 64 bits": b64(b'{"kind": 27235, "created_at": 123456789012345678901234567890}'),
+    "a JSON array": b64(b"[]"),
+    "a JSON string": b64(b'"Nostr"'),
+    "JSON null": b64(b"null"),
+    "trailing garbage": b64(b"{} x"),
+}
+
+
+@pytest.mark.parametrize("credentials", list(HOSTILE.values()), ids=list(HOSTILE))
+def test_a_malformed_credential_is_refused_without_an_error(credentials: str):
+    assert verified_pubkey(credentials, Claim(f"{BASE}/users/me", "GET", b""), now=int(time.time())) is None
+
+
+def test_an_event_with_a_field_of_the_wrong_type_or_size_is_refused_without_an_error():
+    keys, now, url = nostr_sdk.Keys.generate(), int(time.time()), f"{BASE}/users/me"
+    fields = orjson.loads(base64.b64decode(header(keys, url, "GET", created_at=now)["Authorization"][6:]))
+    claim = Claim(url, "GET", b"")
+    assert verified_pubkey(b64(orjson.dumps(fields)), claim, now=now) is not None
+    deep: object = "x"
+    for _ in range(200):
+        deep = [deep]
+    changes = {
+        "kind": [27235.0, "27235", True, [27235], 27235 + 2**32, None],
+        "created_at": [float(now), str(now), True, 2**64 - 1, -(2**63), [now], None],
+        "tags": [None, {}, "u", [["u", url], ["method", "GET"], [1]], [["u", url], ["method", "GET"], deep],
+                 [[["u"], url], ["method", "GET"]], [["u", [url]], ["method", "GET"]]],
+        "pubkey": ["\xe9" * 64, "\x00" * 64, "0" * 64, "0" * 66, [fields["pubkey"]], {}, 1.5, 2**64 - 1],
+        "id": ["\xe9" * 64, "\x00" * 64, fields["id"] + "00", [fields["id"]], 2**63],
+        "sig": ["\xe9" * 128, "\x00" * 128, "0" * 130, "", [fields["sig"]], None],
+        "content": [1, [], {}, None, "\x00"],
+    }
+    for name, values in changes.items():
+        for value in values:
+            edited = {**fields, name: value}
+            assert verified_pubkey(b64(orjson.dumps(edited)), claim, now=now) is None, (name, value)
+    for name in changes:
+        missing = {key: value for key, value in fields.items() if key != name}
+        assert verified_pubkey(b64(orjson.dumps(missing)), claim, now=now) is None, name
+
+
+# Any JSON value orjson writes (integers within 64 bits, finite floats).
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(min_value=-(2**63), max_value=2**64 - 1)
+    | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=12,
+)
+# A valid event's fields, at a fixed time.
+SIGNED = orjson.loads(base64.b64decode(header(KEYS, f"{BASE}/users/me", "GET", created_at=2_000_000_000)["Authorization"][6:]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(name=st.sampled_from(sorted(SIGNED)), value=JSON)
+def test_an_event_with_any_field_replaced_is_refused_without_an_error(name: str, value: object):
+    if value == SIGNED[name] and type(value) is type(SIGNED[name]):
+        return
+    credentials = b64(orjson.dumps({**SIGNED, name: value}))
+    assert verified_pubkey(credentials, Claim(f"{BASE}/users/me", "GET", b""), now=2_000_000_000) is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(credentials=st.text() | st.binary().map(lambda data: data.decode("latin-1")) | st.binary().map(b64))
+def test_any_credential_is_an_answer_never_an_error(credentials: str):
+    assert verified_pubkey(credentials, Claim(f"{BASE}/users/me", "GET", b""), now=int(time.time())) is None
+
+
+async def test_a_malformed_header_is_the_one_401_on_the_fast_path_and_the_routes(
+    public: httpx.AsyncClient, gateway: Gateway, make_user: MakeUser, nostr: NostrScheme
+):
+    await linked(gateway, make_user)
+    expected = await failure(public)
+    # Bytes, sent as they are: /users/me and /messages are fast routes, /ledger/entries and /decisions/1 FastAPI's.
+    headers = [b"Nostr \xe9AAAA", b"Nostr \xff", b"nostr  \x80\x81 ",
+               *(b"Nostr " + value.encode("latin-1") for value in HOSTILE.values())]
+    for path in ("/users/me", "/messages", "/ledger/entries", "/decisions/1"):
+        for value in headers:
+            response = await public.get(path, headers={"Authorization": value})
+            assert (response.status_code, response.content) == (401, expected), (path, value)
+
+
+def scope_of(raw_path: bytes | None, query: bytes = b"", *, host: bytes | None = b"gateway.example:8080",
+             path: str = "/decoded") -> dict[str, object]:
+    scope = {"type": "http", "scheme": "http", "server": ("127.0.0.1", 9000), "path": path, "query_string": query,
+             "headers": [] if host is None else [(b"host", host)]}
+    if raw_path is not None:
+        scope["raw_path"] = raw_path
+    return scope
+
+
+def test_the_signed_url_is_the_request_as_sent():
+    # The path and query as they came, percent-encoding included; the origin from the Host header.
+    assert signed_url(scope_of(b"/ledger/entries/%31")) == "http://gateway.example:8080/ledger/entries/%31"
+    assert signed_url(scope_of(b"/a%2Fb", b"x=%2F&y=a%2fb")) == "http://gateway.example:8080/a%2Fb?x=%2F&y=a%2fb"
+    assert signed_url(scope_of(b"/users/me", host=None)) == "http://127.0.0.1:9000/users/me"
+    # Raw UTF-8 in a query is the text signed; a byte that is not UTF-8 can match no event, and is no error.
+    assert signed_url(scope_of(b"/m", "q=é".encode())) == "http://gateway.example:8080/m?q=é"
+    assert "\udcff" in signed_url(scope_of(b"/m", b"q=\xff"))
+    # Without a raw path (an ASGI server need not give one), the path.
+    assert signed_url(scope_of(None, b"a=1", path="/users/me")) == "http://gateway.example:8080/users/me?a=1"
+    # Behind a proxy the public base URL, its own path included, stands before the path as forwarded.
+    assert signed_url(scope_of(b"/d/%31", b"a=1"), "https://gw.example.org") == "https://gw.example.org/d/%31?a=1"
+    prefixed = signed_url(scope_of(b"/users/me"), "https://gw.example.org/prefix")
+    assert prefixed == "https://gw.example.org/prefix/users/me"
+
+
+async def test_a_percent_encoded_url_is_signed_as_sent(public: httpx.AsyncClient, agent: httpx.AsyncClient,
+                                                       gateway: Gateway, make_user: MakeUser, nostr: NostrScheme):
+    _, keys = await linked(gateway, make_user)
+    assert (await agent.post("/decisions", json={"statement": "one"})).status_code == 201
+    assert (await public.get("/decisions/%31")).status_code == 401
+    # Fast routes (/decisions/{seq}/proof, /checkpoint/consistency) and FastAPI's, in the path and in the query.
+    for sent, decoded in [("/decisions/%31/proof", "/decisions/1/proof"), ("/ledger/entries/%31", "/ledger/entries/1"),
+                          ("/checkpoint/consistency?from=%31", "/checkpoint/consistency?from=1"),
+                          ("/ledger/checkpoint/consistency?from=%31", "/ledger/checkpoint/consistency?from=1")]:
+        refused = await public.get(sent, headers=header(keys, f"{BASE}{decoded}", "GET"))
+        assert (refused.status_code, refused.content) == (401, await failure(public)), sent
+        accepted = await public.get(sent, headers=header(keys, f"{BASE}{sent}", "GET"))
+        assert accepted.status_code in (200, 404), (sent, accepted.status_code, accepted.text)
+    # Behind a proxy, the same: the base URL and the path as sent.
+    gateway.auth_schemes[:] = [NostrScheme(gateway.store, public_base_url="https://gateway.example.org/gw")]
+    proxied = "https://gateway.example.org/gw/ledger/entries/%32"
+    refused = await public.get("/ledger/entries/%32", headers=header(keys, proxied.replace("%32", "2"), "GET"))
+    assert refused.status_code == 401
+    assert (await public.get("/ledger/entries/%32", headers=header(keys, proxied, "GET"))).status_code == 404
 
 
 # Strings NIP-01's serialisation must write exactly as rust-nostr does: escapes, every control

@@ -5,11 +5,11 @@ request as the User linked to the identity ``nostr:<the event's pubkey>``
 when the event's id is the SHA-256 of its NIP-01 serialisation and its BIP-340 Schnorr
 signature verifies (libsecp256k1 through coincurve, the ``agent-gateway[nostr]`` extra: no
 cryptography here), its ``u`` tag is the
-request's absolute URL, its ``method`` tag the request's method, its
+request's absolute URL as sent (:func:`signed_url`), its ``method`` tag the request's method, its
 ``created_at`` within :data:`WINDOW` of now either way, its ``payload`` tag
 the SHA-256 hex digest of a body's bytes, and its id was not accepted before
 (a table, so across every process of the deployment; one statement per batch of requests).
-Anything else is the spec's one 401 (the scheme answers None); a request
+Anything else, a malformed header included, is the spec's one 401 (the scheme answers None); a request
 without a ``Nostr`` header is not this scheme's, so the next one is asked.
 """
 
@@ -26,7 +26,9 @@ from collections.abc import Sequence
 import orjson
 from coincurve import PublicKeyXOnly
 from sqlalchemy.ext.asyncio import AsyncConnection
+from starlette.datastructures import URL
 from starlette.requests import Request
+from starlette.types import Scope
 
 from agent_gateway.auth.schemes import Authenticated
 from agent_gateway.http import fastpath
@@ -57,6 +59,30 @@ class Claim:
     body: bytes
 
 
+def signed_url(scope: Scope, public_base_url: str | None = None) -> str:
+    """The absolute URL a request was sent to, which its event's ``u`` tag must equal exactly.
+
+    The path and query are the request target's bytes as they came (``raw_path``: ``scope["path"]``
+    is percent-decoded, so a client signing ``/ledger/entries/%31`` would be refused), read as UTF-8
+    (a target is ASCII; raw UTF-8 in a query matches the same text signed, and a byte that is not
+    UTF-8 becomes a lone surrogate, which no event's JSON can hold: refused, never an error). The
+    scheme, host and port are Starlette's (the Host header as sent), or ``public_base_url``'s, which
+    then stands before the path as the proxy forwarded it. The fast path's handlers and the routes
+    both authenticate through :class:`NostrScheme`, so both compare with this one URL.
+    """
+    raw_path = scope.get("raw_path")
+    target = scope["path"] if raw_path is None else raw_path.decode("utf-8", "surrogateescape")
+    query = scope.get("query_string", b"")
+    if query:
+        target += "?" + query.decode("utf-8", "surrogateescape")
+    if public_base_url is not None:
+        return public_base_url + target
+    # Only what names the origin: Starlette's URL of the whole scope decodes the query strictly.
+    origin = URL(scope={"scheme": scope.get("scheme", "http"), "server": scope.get("server"),
+                        "headers": scope["headers"], "path": ""})
+    return str(origin) + target
+
+
 def verified_pubkey(credentials: str, claim: Claim, *, now: int) -> tuple[str, str, int] | None:
     """``(pubkey hex, event id hex, created_at)`` of a valid NIP-98 event for ``claim``, or None.
 
@@ -65,12 +91,17 @@ def verified_pubkey(credentials: str, claim: Claim, *, now: int) -> tuple[str, s
     try:
         text = base64.b64decode(credentials, validate=True)
         fields = orjson.loads(text)
-    except (binascii.Error, orjson.JSONDecodeError):
+    except ValueError:
+        # binascii.Error, orjson.JSONDecodeError (nesting, NUL, NaN, invalid UTF-8 or surrogates) and
+        # the plain ValueError of a credential with a character past ASCII (Starlette reads header
+        # bytes as latin-1) are all ValueErrors: each is the one 401, never a 500.
         return None
     # What the event must say is read off the JSON first, so that a wrong event costs no
     # verification. The signature then covers
     # exactly these fields: the id it signs is their hash, recomputed below.
-    if not isinstance(fields, dict) or fields.get("kind") != KIND:
+    # An int exactly: 27235.0 equals KIND, but is not the kind NIP-01 serialises (nor is an integer past
+    # 64 bits, which orjson reads as a float).
+    if not isinstance(fields, dict) or type(fields.get("kind")) is not int or fields["kind"] != KIND:
         return None
     created_at, listed = fields.get("created_at"), fields.get("tags")
     if type(created_at) is not int or abs(created_at - now) > WINDOW or not isinstance(listed, list):
@@ -132,19 +163,14 @@ class NostrScheme:
             await queries.purge(conn, before=now - REMEMBERED)
         return await queries.remember(conn, accepted)
 
-    def _url(self, request: Request) -> str:
-        if self._public_base_url is None:
-            return str(request.url)
-        query = request.url.query
-        return self._public_base_url + request.url.path + (f"?{query}" if query else "")
-
     async def authenticate(self, request: Request) -> Authenticated | None:
         scheme, _, credentials = (request.headers.get("authorization") or "").partition(" ")
         if scheme.lower() != "nostr":
             return None
         now = int(time.time())
         body = request.scope.get(fastpath.BODY)
-        claim = Claim(self._url(request), request.method, await request.body() if body is None else body)
+        url = signed_url(request.scope, self._public_base_url)
+        claim = Claim(url, request.method, await request.body() if body is None else body)
         found = verified_pubkey(credentials.strip(" "), claim, now=now)
         if found is None:
             return None
