@@ -673,7 +673,7 @@ _KEYS = (
     _Key(("public", "base_url"), "public_base_url", _base_url,
          default='the request\'s own URL',
          doc='the Public server\'s URL as clients send it, when a proxy stands in front (`https://gateway.example.org`); '
-             'the URL a NIP-98 event signs is this plus the path and query'),
+             'the URL a NIP-98 event signs is this plus the path and query as forwarded, percent-encoding included'),
     _Key(("public", "max_connections"), "public_max_connections", _positive_int,
          default='`10000`',
          doc='open connections the Public server holds (per HTTP process); past it, 503 and close. Lowered at start when the descriptor limit cannot hold it (see [Connections](/operate/connections.md))'),
