@@ -359,6 +359,86 @@ async def test_a_user_who_never_wrote_with_one_identity_gets_a_conversation_open
     assert (held.identity, held.conversation, held.user_id) == (ALICE, None, one)
 
 
+async def conversation_of(store: Store, user_id: str) -> queries.Conversation | None:
+    async with store.read() as conn:
+        route = (await queries.routes(conn, [user_id])).get(user_id)
+    return None if route is None else route.conversation
+
+
+async def test_an_identity_moved_to_another_user_gets_none_of_the_first_users_answers(store: Store) -> None:
+    """The first User keeps another identity; the moved one is paired with a second User: the first's
+    answers, queued before the unlink or written after it, never go to the room the second reads."""
+    store.channels = frozenset({"matrix"})
+    first = await linked(store)
+    async with store.transaction() as conn:
+        await identities.link(conn, first, BOB)
+    await inbound.record(store, "matrix", inbound.PAIRING, [text()], "s1")
+    await send(store, first, "queued before the unlink")
+    async with store.transaction() as conn:
+        await identities.unlink(conn, first, ALICE)
+    second = await linked(store)
+    await send(store, first, "written after the unlink")
+    [ended] = await deliveries(store)
+    assert (ended.identity, ended.state, ended.last_error) == (ALICE, "dead", identities.UNLINKED)
+    assert await conversation_of(store, first) is None
+    network = FakeNetwork()
+    await sender.Sender(store, network).step()
+    assert network.sent == [] and network.opened == []
+    # The identity's new User writes and is answered in their own conversation.
+    await inbound.record(store, "matrix", inbound.PAIRING, [text(room="!second:x")], "s2")
+    await send(store, second, "to the second User")
+    await sender.Sender(store, network).step()
+    assert [(conversation, words) for conversation, _, words, _ in network.sent] == [("!second:x", "to the second User")]
+
+
+async def test_a_conversation_on_an_identity_the_user_no_longer_holds_is_never_used(store: Store) -> None:
+    """A conversation left on an identity unlinked meanwhile (as an attempt under way at the unlink
+    may write it) is never sent into; a User who never wrote gets one opened on the identity they hold."""
+    store.channels = frozenset({"matrix"})
+    wrote, never = await linked(store), await linked(store, BOB)
+    async with store.transaction() as conn:
+        await identities.link(conn, wrote, "matrix:@carol:example.org")
+        await identities.link(conn, never, "matrix:@dave:example.org")
+    await inbound.record(store, "matrix", inbound.PAIRING, [text()], "s1")
+    async with store.transaction() as conn:
+        await queries.set_conversation(conn, queries.Conversation(never, "matrix", BOB, "!bob:x", None, clock.now_iso()))
+        for user_id, identity in ((wrote, ALICE), (never, BOB)):
+            assert await queries.unlink(conn, identity=identity, user_id=user_id)  # the link alone
+    await send(store, wrote, "to nobody on a channel")
+    await send(store, never, "hello, dave")
+    network = FakeNetwork()
+    await sender.Sender(store, network).step()
+    assert network.opened == ["@dave:example.org"]
+    assert [(conversation, words) for conversation, _, words, _ in network.sent] == [("!opened1:example.org", "hello, dave")]
+    held = await conversation_of(store, never)
+    assert held is not None and (held.identity, held.conversation) == ("matrix:@dave:example.org", "!opened1:example.org")
+
+
+async def test_a_claimed_delivery_ended_by_an_unlink_is_not_sent(store: Store) -> None:
+    """Two answers claimed in one batch; the identity is unlinked while the first is being sent: the
+    second is not sent."""
+    store.channels = frozenset({"matrix"})
+    user_id = await linked(store)
+    async with store.transaction() as conn:
+        await identities.link(conn, user_id, BOB)
+    await inbound.record(store, "matrix", inbound.PAIRING, [text()], "s1")
+    await send(store, user_id, "first")
+    await send(store, user_id, "second")
+
+    class UnlinkingNetwork(FakeNetwork):
+        async def send(self, conversation: str, kind: str, text: str, transaction_id: str) -> None:
+            await super().send(conversation, kind, text, transaction_id)
+            if len(self.sent) == 1:
+                async with store.transaction() as conn:
+                    await identities.unlink(conn, user_id, ALICE)
+
+    network = UnlinkingNetwork()
+    await sender.Sender(store, network).step()
+    assert [words for _, _, words, _ in network.sent] == ["first"]
+    # The first's outcome was not written (the unlink ended it while it was sent): both are dead.
+    assert [(d.state, d.last_error) for d in await deliveries(store)] == [("dead", identities.UNLINKED)] * 2
+
+
 # --- the sender ------------------------------------------------------------------------------------
 
 

@@ -14,11 +14,12 @@ import nio
 import pytest
 import sqlalchemy as sa
 
-from agent_gateway.channels import matrix, pairing
+from agent_gateway.channels import identities, inbound, matrix, pairing
 from agent_gateway.gateway import Gateway
 from agent_gateway.ops import metrics
 from agent_gateway.store.queries import channels as queries
 from agent_gateway.store.tables import channel_pairings, messages, users
+from agent_gateway.users import service as users_service
 from tests import servers
 from tests.channels.conftest import Deployment, Person, store_and_kill, until
 from tests.served import ServedGateway
@@ -260,10 +261,23 @@ async def test_a_user_who_never_wrote_gets_a_direct_room(deployment: Deployment,
     assert await heard_from_agent(alice, room, deployment.agent, 1) == [("m.text", "hello, first")]
 
 
-async def test_an_encrypted_room_is_told_once_that_the_agent_cannot_read_it(deployment: Deployment, people) -> None:  # type: ignore[no-untyped-def]
+async def test_an_encrypted_room_is_told_once_that_the_agent_cannot_read_it(  # type: ignore[no-untyped-def]
+    deployment: Deployment, people, monkeypatch: pytest.MonkeyPatch
+) -> None:
     gateway = await deployment.start()
     alice = people()
     room, _ = await paired(deployment, gateway, alice)
+    # The first sync holding the encrypted messages fails to store (the database went away, say):
+    # read again, it still tells the room.
+    real, failed = inbound.record, []
+
+    async def failing_once(store, channel, policy, read, position):  # type: ignore[no-untyped-def]
+        if not failed and any(received.text == matrix.CANNOT_DECRYPT for received in read):
+            failed.append(channel)
+            raise ConnectionError("the database went away")
+        return await real(store, channel, policy, read, position)
+
+    monkeypatch.setattr(inbound, "record", failing_once)
     # What an encrypting client sends (no library here can encrypt: the ciphertext is never read).
     scrambled = {
         "algorithm": "m.megolm.v1.aes-sha2", "ciphertext": "AwgAEnAc", "device_id": "ALICEDEVICE",
@@ -272,8 +286,13 @@ async def test_an_encrypted_room_is_told_once_that_the_agent_cannot_read_it(depl
     for _ in range(2):
         answer = await alice.client.room_send(room, "m.room.encrypted", scrambled)
         assert isinstance(answer, nio.RoomSendResponse), answer
-    said = await heard_from_agent(alice, room, deployment.agent, 3)
+    # A text afterwards is answered after the notice (the outbox sends in order): once its answer
+    # is heard, everything before it has been read and sent.
+    await alice.say(room, "in clear?")
+    said = await until(lambda: heard_text(alice, room, deployment.agent, "echo: in clear?"), what="the answer")
+    assert failed == ["matrix"]
     assert said[2][0] == "m.notice" and "cannot read encrypted messages" in said[2][1]
+    assert said[3:] == [("m.text", "echo: in clear?")]
     await until(lambda: all_delivered(gateway), what="the notice delivered")
     # After a restart, another encrypted message: no second notice. A text afterwards is answered,
     # so everything before it has been read.
@@ -282,8 +301,38 @@ async def test_an_encrypted_room_is_told_once_that_the_agent_cannot_read_it(depl
     answer = await alice.client.room_send(room, "m.room.encrypted", scrambled)
     assert isinstance(answer, nio.RoomSendResponse), answer
     await alice.say(room, "still there?")
-    said = await heard_from_agent(alice, room, deployment.agent, 4)
-    assert said[2:] == [said[2], ("m.text", "echo: still there?")]
+    said = await heard_from_agent(alice, room, deployment.agent, 5)
+    assert said[2:] == [said[2], ("m.text", "echo: in clear?"), ("m.text", "echo: still there?")]
+
+
+async def heard_text(person: Person, room_id: str, agent: str, text: str) -> list[tuple[str, str]]:
+    """What ``agent`` said in ``room_id`` once it said ``text``; empty until then."""
+    said = await person.heard(room_id, agent)
+    return said if ("m.text", text) in said else []
+
+
+async def test_an_identity_moved_to_another_user_never_gets_the_first_users_answers(  # type: ignore[no-untyped-def]
+    deployment: Deployment, people
+) -> None:
+    """The operator unlinks alice from her User (who keeps another identity) and links her to a
+    new User: the first User's answers never reach alice's room; the second User's do."""
+    gateway = await deployment.start()
+    alice = people()
+    room, first = await paired(deployment, gateway, alice)
+    async with gateway.store.transaction() as conn:
+        await identities.link(conn, first, "matrix:@elsewhere:example.org")
+        await identities.unlink(conn, first, f"matrix:{alice.user_id}")
+        second = (await users_service.admit(conn)).id
+        await identities.link(conn, second, f"matrix:{alice.user_id}")
+    written = await gateway.messages.send(first, "for the first User only")
+    await alice.say(room, "who am I now?")
+    # The outbox sends in order: the first User's answer, had it been written there, would come first.
+    said = await until(lambda: heard_text(alice, room, deployment.agent, "echo: who am I now?"), what="the answer")
+    assert said[2:] == [("m.text", "echo: who am I now?")]
+    await until(lambda: all_delivered(gateway), what="every delivery delivered")
+    async with gateway.store.read() as conn:
+        assert written.id not in [d.message_id for d in await queries.newest(conn, limit=100)]
+    assert await log_of(gateway, second) == [("inbound", "who am I now?"), ("outbound", "echo: who am I now?")]
 
 
 async def test_in_a_group_room_only_mentions_are_heard(deployment: Deployment, people) -> None:  # type: ignore[no-untyped-def]

@@ -18,11 +18,14 @@ from pathlib import Path
 import httpx
 import nostr_sdk
 import pytest
+import sqlalchemy as sa
 from websockets.asyncio.client import connect
 
 from agent_gateway import config
 from agent_gateway.channels import identities, inbound, nostr, pairing
 from agent_gateway.gateway import Gateway
+from agent_gateway.store.engine import Store
+from agent_gateway.store.queries import channels as queries
 from agent_gateway.store.tables import channel_pairings, messages, users
 from agent_gateway.users import service as users_service
 from tests import servers
@@ -505,3 +508,157 @@ def test_init_without_the_extra_is_refused_in_one_line(tmp_path: Path, monkeypat
         1, "agent-gateway: error: --nostr-relay needs the nostr extra: pip install 'agent-gateway[nostr]'\n"
     )
     assert not (tmp_path / "d").exists()
+
+
+# --- reading and relay lists, without a relay: what a misbehaving relay could hand over -----------------
+
+UNIT_RELAY = "ws://127.0.0.1:9"
+
+
+@pytest.fixture
+def channel(store: Store, settings: config.Settings, tmp_path: Path) -> nostr.Nostr:
+    """The channel on ``store``, its position that of a deployment started a minute ago, never connected."""
+    key_file = tmp_path / "unit-nostr-key"
+    key_file.write_text(nostr.new_key()[0])
+    key_file.chmod(0o600)
+    made = nostr.Nostr(store, dataclasses.replace(settings, nostr_relays=(UNIT_RELAY,), nostr_key_file=key_file))
+    made._state = {"from": int(time.time()) - 60, "relays": {}, "seen": {}, "ignored": {}}
+    return made
+
+
+def gift_wrap(author: nostr_sdk.Keys, agent: str, text: str, *, wrapped_at: int | None = None, kind: int = 14,
+              written_at: int | None = None) -> dict:  # type: ignore[type-arg]
+    """``author``'s NIP-17 message to ``agent`` as a relay hands it over; its gift wrap dated ``wrapped_at``
+    (else randomised up to two days back, as NIP-59 has it)."""
+    recipient = nostr_sdk.PublicKey.parse(agent)
+    rumor = (
+        nostr_sdk.EventBuilder(nostr_sdk.Kind(kind), text).tags([nostr_sdk.Tag.public_key(recipient)])
+        .custom_created_at(nostr_sdk.Timestamp.from_secs(written_at or int(time.time())))
+        .finalize_unsigned(author.public_key())
+    )
+    if wrapped_at is None:
+        return json.loads(nostr_sdk.nip59_make_gift_wrap(author, recipient, rumor).as_json())
+    seal = nostr_sdk.nip59_make_seal(author, recipient, rumor)
+    ephemeral = nostr_sdk.Keys.generate()
+    content = nostr_sdk.nip44_encrypt(ephemeral.secret_key(), recipient, seal.as_json(), nostr_sdk.Nip44Version.V2)
+    wrap = (
+        nostr_sdk.EventBuilder(nostr_sdk.Kind(1059), content).tags([nostr_sdk.Tag.public_key(recipient)])
+        .custom_created_at(nostr_sdk.Timestamp.from_secs(wrapped_at)).finalize(ephemeral)
+    )
+    return json.loads(wrap.as_json())
+
+
+async def inbound_texts(store: Store) -> list[str]:
+    async with store.read() as conn:
+        query = sa.select(messages.c.text).where(messages.c.direction == "inbound")
+        return [row[0] for row in await conn.execute(query.order_by(messages.c.created_at, messages.c.seq))]
+
+
+async def notices(store: Store) -> int:
+    async with store.read() as conn:
+        return len(await queries.newest(conn, limit=1000))
+
+
+async def test_a_gift_wrap_older_than_what_is_remembered_is_refused(store: Store, channel: nostr.Nostr) -> None:
+    """A wrap is remembered while a relay may send it again; once forgotten, one dated as old (a
+    replay) is refused: never a second Message."""
+    channel.policy = inbound.OPEN
+    alice = nostr_sdk.Keys.generate()
+    now = int(time.time())
+    wrap = gift_wrap(alice, channel.public_key, "hello", wrapped_at=now - 86_400)
+    await channel._take(UNIT_RELAY, [wrap], now)
+    await channel._take(UNIT_RELAY, [wrap], now)  # within the window: remembered
+    assert await inbound_texts(store) == ["hello"]
+    # The relay read on, past the window: the wrap is below the floor, forgotten, and refused when sent again.
+    later = now - 86_400 + nostr.WRAP_WINDOW_S + 1
+    await channel._take(UNIT_RELAY, [], later)
+    assert channel._state["seen"] == {}
+    await channel._take(UNIT_RELAY, [wrap], later)
+    assert await inbound_texts(store) == ["hello"]
+    # The floor is stored with the position, so a restart refuses it too.
+    assert json.loads(await inbound.read_position(store, nostr.NAME) or "{}")["floor"] == later - nostr.WRAP_WINDOW_S
+
+
+async def test_the_floor_is_the_subscriptions_window(store: Store, channel: nostr.Nostr) -> None:
+    """What a subscription since the position less the window is sent is taken, the edge included; a
+    wrap dated before it, or ahead of now by more than the clocks' slack, is refused."""
+    channel.policy = inbound.OPEN
+    now = int(time.time())
+    channel._state["relays"] = {UNIT_RELAY: now}
+    edge, below, ahead, slack = (nostr_sdk.Keys.generate() for _ in range(4))
+    await channel._take(UNIT_RELAY, [
+        gift_wrap(edge, channel.public_key, "at the edge", wrapped_at=now - nostr.WRAP_WINDOW_S),
+        gift_wrap(below, channel.public_key, "below it", wrapped_at=now - nostr.WRAP_WINDOW_S - 1),
+        gift_wrap(ahead, channel.public_key, "from the future", wrapped_at=now + nostr.CLOCK_SLACK_S + 600),
+        gift_wrap(slack, channel.public_key, "a clock a little ahead", wrapped_at=now + 60),
+    ], now)
+    assert sorted(await inbound_texts(store)) == ["a clock a little ahead", "at the edge"]
+
+
+async def test_only_what_did_something_is_remembered_and_it_is_never_done_twice(store: Store, channel: nostr.Nostr) -> None:
+    """A stranger's code, a linked person's Message: remembered, and a replay does neither again. What
+    did nothing is remembered up to a bound (a stranger's words stay unread after their approval); what
+    can never do anything is not remembered at all."""
+    alice, stranger, flooder = nostr_sdk.Keys.generate(), nostr_sdk.Keys.generate(), nostr_sdk.Keys.generate()
+    async with store.transaction() as conn:
+        await identities.link(conn, (await users_service.admit(conn)).id, f"nostr:{alice.public_key().to_hex()}")
+    agent = channel.public_key
+    wraps = [
+        gift_wrap(alice, agent, "a Message"),
+        gift_wrap(stranger, agent, "hello?"),  # a pairing code
+        gift_wrap(stranger, agent, "are you there?"),  # nothing: the code is pending
+        gift_wrap(alice, agent, "a reaction", kind=7),  # a kind never read
+        gift_wrap(alice, agent, "too old", written_at=channel._state["from"] - 1),  # before the deployment
+    ]
+    await channel._take(UNIT_RELAY, wraps, int(time.time()))
+    assert await inbound_texts(store) == ["a Message"] and await notices(store) == 1
+    assert len(channel._state["seen"]) == 2 and len(channel._state["ignored"]) == 1
+    # Replayed, all of it: nothing more. Approved, the stranger's words from before stay unread.
+    await channel._take(UNIT_RELAY, wraps, int(time.time()))
+    async with store.transaction() as conn:
+        [request] = await pairing.pending(conn)
+        await pairing.approve(conn, request.code)
+    await channel._take(UNIT_RELAY, wraps, int(time.time()))
+    assert await inbound_texts(store) == ["a Message"] and await notices(store) == 1
+    # A flood of what does nothing (a stranger past the code) is remembered up to the bound, newest kept.
+    flood = [gift_wrap(flooder, agent, f"flood {n}") for n in range(4)]
+    channel.policy = inbound.ALLOWLIST
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(nostr, "MAX_IGNORED", 2)
+        for wrap in flood:
+            await channel._take(UNIT_RELAY, [wrap], int(time.time()))
+    assert len(channel._state["seen"]) == 2 and len(channel._state["ignored"]) == 2
+    assert await inbound_texts(store) == ["a Message"]
+
+
+class HostileRelay:
+    """A connected relay that answers every query with ``events``, whatever it asked for."""
+
+    def __init__(self, channel: nostr.Nostr, events: list[nostr_sdk.Event]) -> None:
+        self.channel = channel
+        self.events = events
+
+    async def send(self, frame: str) -> None:
+        message = json.loads(frame)
+        if message[0] == "REQ":
+            for event in self.events:
+                await self.channel._on_frame(UNIT_RELAY, self, json.dumps(["EVENT", message[1], json.loads(event.as_json())]))  # type: ignore[arg-type]
+            await self.channel._on_frame(UNIT_RELAY, self, json.dumps(["EOSE", message[1]]))  # type: ignore[arg-type]
+
+
+def relay_list(keys: nostr_sdk.Keys, url: str, *, kind: int = 10050, at: int | None = None) -> nostr_sdk.Event:
+    builder = nostr_sdk.EventBuilder(nostr_sdk.Kind(kind), "").tags([nostr_sdk.Tag.parse(["relay", url])])
+    return builder.custom_created_at(nostr_sdk.Timestamp.from_secs(at or int(time.time()))).finalize(keys)
+
+
+async def test_a_relay_cannot_hand_over_another_keys_relay_list(channel: nostr.Nostr) -> None:
+    """Asked for alice's DM relay list, a relay answers with mallory's (signed, dated years ahead) and
+    with alice's event of another kind: alice's own list is the one used."""
+    alice, mallory = nostr_sdk.Keys.generate(), nostr_sdk.Keys.generate()
+    ahead = int(time.time()) + 10 * 365 * 86_400
+    channel._connections[UNIT_RELAY] = HostileRelay(channel, [  # type: ignore[assignment]
+        relay_list(mallory, "wss://mallory.example.org", at=ahead),
+        relay_list(alice, "wss://elsewhere.example.org", kind=10002, at=ahead),
+        relay_list(alice, "wss://alice.example.org"),
+    ])
+    assert await channel._inbox(alice.public_key().to_hex()) == ("wss://alice.example.org",)

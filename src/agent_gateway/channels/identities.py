@@ -8,21 +8,30 @@ link``, or ``pairing approve``), or the ``open`` policy's on a first message.
 
 from __future__ import annotations
 
+import logging
 import re
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agent_gateway import clock, config, errors
 from agent_gateway.store.queries import channels as queries
+from agent_gateway.store.queries import messages as message_queries
 from agent_gateway.store.queries import users as user_queries
 from agent_gateway.store.queries.channels import Identity
 from agent_gateway.users.service import UserNotFound
 
-__all__ = ["CHANNELS", "Identity", "IdentityLinked", "InvalidIdentity", "NotLinked", "link", "of_user", "parse", "unlink"]
+__all__ = [
+    "CHANNELS", "UNLINKED", "Identity", "IdentityLinked", "InvalidIdentity", "NotLinked",
+    "link", "of_user", "parse", "unlink",
+]
+
+logger = logging.getLogger(__name__)
 
 # What an address is on each network (Matrix: a user ID; Nostr: a public key, 64 hex digits).
 _ADDRESSES: dict[str, re.Pattern[str]] = {"matrix": config.MATRIX_USER_ID, "nostr": re.compile("[0-9a-f]{64}")}
 CHANNELS = tuple(_ADDRESSES)
+# The error of a User's delivery ended because its identity was unlinked from them (unlink).
+UNLINKED = "not sent: the identity was unlinked from the User"
 
 
 class InvalidIdentity(errors.InvalidInput):
@@ -92,13 +101,32 @@ async def link(conn: AsyncConnection, user_id: str, identity: str) -> Identity:
 
 
 async def unlink(conn: AsyncConnection, user_id: str, identity: str) -> None:
-    """Remove the link of ``identity`` to ``user_id``. Raises :class:`InvalidIdentity`,
-    :class:`UserNotFound` or :class:`NotLinked` (nothing is changed)."""
+    """Remove the link of ``identity`` to ``user_id``, and with it, in the caller's transaction,
+    everything of that User on its way to the identity: whoever holds it next (another User,
+    after a pairing) must never read this User's answers.
+
+    The User's deliveries to it not yet sent end dead with the error :data:`UNLINKED` (closed
+    rows: never sent, listed by ``channels deliveries --state dead`` with why, removed by
+    retention like any; deleting them would hide from the operator that answers were never
+    sent), and their conversation on it is forgotten, so their next answer goes nowhere on a
+    channel until they write from an identity they hold. Raises :class:`InvalidIdentity`,
+    :class:`UserNotFound` or :class:`NotLinked` (nothing is changed).
+    """
     identity = name(*parse(identity))
     if await user_queries.get(conn, id=user_id) is None:
         raise UserNotFound(f"no User has the id {user_id}")
+    # The User's log locked as each writer of their Messages locks it (messages.service): one
+    # writing an answer meanwhile has either committed its delivery, which is ended below, or
+    # reads the User's route once this has committed.
+    await message_queries.lock_logs(conn, user_ids=[user_id])
     if not await queries.unlink(conn, identity=identity, user_id=user_id):
         raise NotLinked(f"{identity} is not linked to User {user_id}")
+    ended = await queries.end_deliveries(conn, user_id=user_id, identity=identity, error=UNLINKED, now=clock.now_iso())
+    await queries.forget_conversation(conn, user_id=user_id, identity=identity)
+    logger.info(
+        "unlinked %s from User %s%s", identity, user_id, f"; {ended} deliveries to it not sent" if ended else "",
+        extra={"action": "identity_unlinked"},
+    )
 
 
 async def of_user(conn: AsyncConnection, user_id: str) -> list[Identity]:

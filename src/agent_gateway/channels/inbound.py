@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -88,9 +88,13 @@ async def take(conn: AsyncConnection, channel: str, policy: str, received: Recei
     return STORED
 
 
-async def record(store: Store, channel: str, policy: str, read: Sequence[Received], position: str) -> list[str]:
+async def record(
+    store: Store, channel: str, policy: str, read: Sequence[Received], position: str | Callable[[list[str]], str]
+) -> list[str]:
     """Store what one read brought and the position it ends at, in one transaction; the outcomes.
 
+    ``position`` may depend on the outcomes (Nostr remembers what each message did): then it
+    is a function of them, called in the transaction (again if it is done again).
     A lost numbering race (another writer of one of these Users' logs) rolls it all back and
     it is done again; any other failure rolls it back and is raised, the position unchanged.
     """
@@ -99,7 +103,8 @@ async def record(store: Store, channel: str, policy: str, read: Sequence[Receive
         try:
             async with store.transaction() as conn:
                 outcomes = [await take(conn, channel, policy, received) for received in read]
-                await queries.set_read_position(conn, channel=channel, position=position, now=clock.now_iso())
+                ends = position if isinstance(position, str) else position(outcomes)
+                await queries.set_read_position(conn, channel=channel, position=ends, now=clock.now_iso())
         except messages.LostRace:
             metrics.message_write_conflicts.inc()
             await asyncio.sleep(min(0.01 * 2**attempt, MAX_RACE_WAIT_S) if attempt else 0)

@@ -123,7 +123,8 @@ class Matrix(Network):
         # Rooms whose invite said is_direct (a room of at most two members is direct anyway).
         self._direct: set[str] = set()
         # Rooms told the agent cannot read encryption: read from the outbox once per room and process
-        # (inbound.take), so that a flood of encrypted events costs one query per room.
+        # (inbound.take), so that a flood of encrypted events costs one query per room; each added
+        # once the sync that told it is stored.
         self._told: set[str] = set()
         self._catching_up = False
 
@@ -185,6 +186,8 @@ class Matrix(Network):
         for room_id, invited in response.rooms.invite.items():
             await self._join(client, room_id, invited)
         read: list[inbound.Received] = []
+        # Rooms this sync tells the agent cannot read encryption: remembered once it is stored.
+        telling: set[str] = set()
         if not self._catching_up:
             for room_id, joined in response.rooms.join.items():
                 room = client.rooms.get(room_id)
@@ -196,11 +199,13 @@ class Matrix(Network):
                         TIMELINE_LIMIT, extra={"action": "channel_read_limited"},
                     )
                 for event in events:
-                    received = self._received(room_id, room, event)
+                    received = self._received(room_id, room, event, telling)
                     if received is not None:
                         read.append(received)
         self._catching_up = False
         await inbound.record(self.store, NAME, self.policy, read, response.next_batch)
+        # Only now: a sync that failed to store is read again, and must tell these rooms again.
+        self._told |= telling
 
     def _since_joined(self, events: list[Any]) -> list[Any]:
         """The events after the agent's own join, when this sync holds it: a room's history from
@@ -237,8 +242,11 @@ class Matrix(Network):
             return True
         return any(self.user_id in str(content.get(key) or "") for key in ("body", "formatted_body"))
 
-    def _received(self, room_id: str, room: nio.MatrixRoom | None, event: nio.Event) -> inbound.Received | None:
-        """What the machinery takes from one timeline event; None for what is ignored."""
+    def _received(
+        self, room_id: str, room: nio.MatrixRoom | None, event: nio.Event, telling: set[str]
+    ) -> inbound.Received | None:
+        """What the machinery takes from one timeline event; None for what is ignored. A room told
+        it cannot read encryption by this sync is added to ``telling``."""
         if event.sender == self.user_id:
             return None  # never a loop: the agent's own messages are not input
         direct = self._is_direct(room_id, room)
@@ -248,8 +256,8 @@ class Matrix(Network):
             return inbound.Received(event.sender, room_id, inbound.TEXT, event.body)
         if isinstance(event, _MEDIA_EVENTS) and direct:
             return inbound.Received(event.sender, room_id, inbound.UNREADABLE)
-        if isinstance(event, nio.MegolmEvent) and room_id not in self._told:
-            self._told.add(room_id)
+        if isinstance(event, nio.MegolmEvent) and room_id not in self._told and room_id not in telling:
+            telling.add(room_id)
             return inbound.Received(event.sender, room_id, inbound.UNREADABLE, CANNOT_DECRYPT, once=True)
         return None
 

@@ -14,27 +14,34 @@ What the agent does (``docs/operate/channels.md`` says it for operators):
 - At each connection to a relay it publishes its DM relay list (kind 10050:
   the configured relays), so people's clients know where to write to it.
 - It subscribes on every configured relay to gift wraps (kind 1059) tagged
-  ``#p`` with its public key, ``since`` two days before where that relay was
-  read up to: a gift wrap's ``created_at`` is randomised up to two days into
-  the past (NIP-59), so a message written after the position may carry an
-  older time. A gift wrap is opened; only a kind 14 rumor whose seal is signed
-  by the rumor's author is taken (the seal's signature is what authenticates
-  the sender), and a kind 15 (a file) gets the polite reply that only text is
-  read. The rumor id is computed here from its content, never trusted from the
-  wire.
+  ``#p`` with its public key, ``since`` two days (and an hour for clocks)
+  before where that relay was read up to: a gift wrap's ``created_at`` is
+  randomised up to two days into the past (NIP-59), so a message written after
+  the position may carry an older time. A gift wrap is opened; only a kind 14
+  rumor whose seal is signed by the rumor's author is taken (the seal's
+  signature is what authenticates the sender), and a kind 15 (a file) gets the
+  polite reply that only text is read. The rumor id is computed here from its
+  content, never trusted from the wire.
 - The read position (one row, ``channels.inbound.record``) is a JSON object:
   ``from`` (when the deployment first connected: rumors written before are
-  never taken), ``relays`` (per relay, the time it was read up to) and
-  ``seen`` (the rumor ids taken, with their gift wrap's time, kept while a
-  relay could send that gift wrap again). A relay's backlog (up to ``EOSE``) is
-  stored in one transaction, in the order of the rumors' ``created_at``, with
-  the new position; each later message likewise. A message is so taken once
-  however many relays carry it, and after restarts and outages.
+  never taken), ``relays`` (per relay, the time it was read up to), ``floor``
+  (every relay's time less the window, never lowered: a gift wrap older is
+  refused, since what it held is no longer remembered), ``seen`` (the rumor
+  ids that made a Message or a notice, with their gift wrap's time, kept while
+  at or above the floor) and ``ignored`` (likewise the ids of those that did
+  nothing, at most :data:`MAX_IGNORED`). A rumor that can never do anything (a
+  kind not read, or written before ``from``) is not remembered. A relay's
+  backlog (up to ``EOSE``) is stored in one transaction, in the order of the
+  rumors' ``created_at``, with the new position; each later message likewise.
+  A message is so taken once however many relays carry it, and after restarts
+  and outages.
 - An outbound Message is a kind 14 rumor, sealed and gift-wrapped to the
   person, published to their DM relays (their kind 10050 list, ``wss://``
-  ones and configured ones; else the configured relays). It is sent when at
-  least one relay answers ``OK`` true; otherwise :class:`SendFailed` and the
-  outbox tries again. No copy goes to the agent itself.
+  ones and configured ones; else the configured relays). Of what a relay
+  answers, only events matching the query (signed by that person, of kind
+  10050) are read: a relay cannot hand over someone else's list. It is sent
+  when at least one relay answers ``OK`` true; otherwise :class:`SendFailed`
+  and the outbox tries again. No copy goes to the agent itself.
 - A resend is the same rumor: its ``created_at`` is the delivery's time (the
   UUIDv7 delivery id's), so its content and id are the same, in a new gift
   wrap. A client that de-duplicates by rumor id (the message's identity in
@@ -73,8 +80,17 @@ logger = logging.getLogger(__name__)
 
 NAME = "nostr"
 GIFT_WRAP, SEAL_RUMOR, FILE_RUMOR, DM_RELAYS = 1059, 14, 15, 10050
-# Gift wraps carry created_at up to two days in the past (NIP-59): how far back each read looks.
-WRAP_WINDOW_S = 2 * 86_400
+# How far the clock of a person's client may be off from the gateway's.
+CLOCK_SLACK_S = 3_600
+# Gift wraps carry created_at up to two days in the past (NIP-59), by such clocks: how far back
+# each read looks, and how long what was taken is remembered. A gift wrap older than every
+# relay's position less this (the floor), or dated more than the slack ahead, is refused.
+WRAP_WINDOW_S = 2 * 86_400 + CLOCK_SLACK_S
+# How many ids of messages that did nothing (a stranger's, under allowlist or with a pairing
+# code pending) are remembered at most: the newest. Remembered so that what someone wrote before
+# they were linked is never taken when a relay sends it again; bounded because anyone can write
+# to the agent, and the position is written whole with every read.
+MAX_IGNORED = 1_000
 SUBSCRIPTION = "dms"
 # Connecting, or waiting for a relay's OK or EOSE, gives up after this long.
 REQUEST_TIMEOUT_S = 20.0
@@ -150,7 +166,7 @@ class Nostr(Network):
     async def read(self) -> None:
         stored = await inbound.read_position(self.store, NAME)
         if stored is None:  # a new deployment: rumors written before now are never taken
-            self._state = {"from": int(time.time()), "relays": {}, "seen": {}}
+            self._state = {"from": int(time.time()), "relays": {}, "seen": {}, "ignored": {}}
             await inbound.start_position(self.store, NAME, json.dumps(self._state))
         else:
             self._state = json.loads(stored)
@@ -203,7 +219,7 @@ class Nostr(Network):
     async def _subscribe(self, url: str, ws: ClientConnection) -> None:
         """Ask for the gift wraps since this relay's position; take its backlog up to EOSE in one read."""
         asked_at = int(time.time())
-        since = self._read_up_to(url) - WRAP_WINDOW_S
+        since = max(self._read_up_to(url) - WRAP_WINDOW_S, self._floor())
         await ws.send(json.dumps(["REQ", SUBSCRIPTION, {"kinds": [GIFT_WRAP], "#p": [self.public_key], "since": since}]))
         backlog: list[dict[str, Any]] = []
         async with asyncio.timeout(REQUEST_TIMEOUT_S) as deadline:
@@ -230,6 +246,15 @@ class Nostr(Network):
         known = [relays[relay] for relay in self.relays if relay in relays]
         return min(known) if known else int(self._state["from"])
 
+    def _floor(self) -> int:
+        """The gift wrap time below which nothing is remembered, so nothing is taken: stored, else
+        (a position written before it was) where every relay was read up to, less the window."""
+        if "floor" in self._state:
+            return int(self._state["floor"])
+        relays: dict[str, int] = self._state["relays"]
+        known = [relays[relay] for relay in self.relays if relay in relays]
+        return (min(known) if known else int(self._state["from"])) - WRAP_WINDOW_S
+
     async def _on_frame(self, url: str, ws: ClientConnection, frame: str | bytes) -> None:
         message = json.loads(frame)
         if not isinstance(message, list) or not message:
@@ -251,34 +276,60 @@ class Nostr(Network):
         """Store what ``wraps`` hold that was never taken, in order, with the new position."""
         async with self._recording:
             state = self._state
+            floor = self._floor()
+            latest = int(time.time()) + CLOCK_SLACK_S
             seen: dict[str, int] = dict(state["seen"])
+            ignored: dict[str, int] = dict(state.get("ignored", {}))
+            # This read's new rumors: their gift wrap's time, and what the machinery takes.
+            wrapped: dict[str, int] = {}
             opened: list[tuple[int, str, inbound.Received]] = []
             for wrap in wraps:
-                found = self._open(wrap)
+                found = self._open(wrap, floor, latest)
                 if found is None:
                     continue
                 rumor_id, created_at, wrap_created_at, received = found
-                if rumor_id in seen:
-                    continue
-                seen[rumor_id] = wrap_created_at
-                if created_at >= state["from"] and received is not None:
+                known = next((where for where in (seen, ignored, wrapped) if rumor_id in where), None)
+                if known is not None:
+                    # Another gift wrap of it (one per relay, say): remembered while the later can come.
+                    known[rumor_id] = max(known[rumor_id], wrap_created_at)
+                elif created_at >= state["from"] and received is not None:
+                    wrapped[rumor_id] = wrap_created_at
                     opened.append((created_at, rumor_id, received))
             relays = {relay: at for relay, at in state["relays"].items() if relay in self.relays}
             relays[url] = max(relays.get(url, 0), read_up_to)
-            # A gift wrap older than every relay's position less the window is never sent again.
-            floor = min(relays.values()) - WRAP_WINDOW_S
-            seen = {rumor_id: at for rumor_id, at in seen.items() if at >= floor}
-            new_state = {"from": state["from"], "relays": relays, "seen": seen}
+            # A gift wrap older than every relay's position less the window is never sent again
+            # by a relay asked for what it has since then; an older one is refused (above).
+            new_floor = max(floor, min(relays.values()) - WRAP_WINDOW_S)
             opened.sort(key=lambda item: item[:2])
-            await inbound.record(self.store, NAME, self.policy, [received for _, _, received in opened], json.dumps(new_state))
+            new_state: dict[str, Any] = {}
+
+            def position(outcomes: list[str]) -> str:
+                """The new position, remembering each rumor by what it did (called in the transaction)."""
+                did, did_nothing = dict(seen), dict(ignored)
+                for (_, rumor_id, _), outcome in zip(opened, outcomes, strict=True):
+                    (did_nothing if outcome == inbound.IGNORED else did)[rumor_id] = wrapped[rumor_id]
+                newest = [(rumor_id, at) for rumor_id, at in did_nothing.items() if at >= new_floor][-MAX_IGNORED:]
+                new_state.clear()
+                new_state.update({
+                    "from": state["from"], "relays": relays, "floor": new_floor,
+                    "seen": {rumor_id: at for rumor_id, at in did.items() if at >= new_floor}, "ignored": dict(newest),
+                })
+                return json.dumps(new_state)
+
+            await inbound.record(self.store, NAME, self.policy, [received for _, _, received in opened], position)
             self._state = new_state
 
-    def _open(self, wrap: Any) -> tuple[str, int, int, inbound.Received | None] | None:
+    def _open(self, wrap: Any, floor: int, latest: int) -> tuple[str, int, int, inbound.Received | None] | None:
         """A gift wrap's rumor: its id, its created_at, the wrap's, and what the machinery takes
-        (None for a kind it ignores); None for a wrap that is not a valid one for the agent."""
+        (None for a kind it ignores); None for a wrap that is not a valid one for the agent, or is
+        dated before ``floor`` (what it held may have been taken and forgotten: a replay) or after
+        ``latest`` (dated ahead, it would be remembered for as long)."""
         try:
             event = nostr_sdk.Event.from_json(json.dumps(wrap))
             if event.kind().as_u16() != GIFT_WRAP or not event.verify():
+                return None
+            if not floor <= event.created_at().as_secs() <= latest:  # before the cost of opening it
+                logger.debug("nostr: a gift wrap dated outside the window", extra={"action": "channel_read_ignored"})
                 return None
             gift = nostr_sdk.UnwrappedGift.from_gift_wrap(self._keys, event)
             rumor = gift.rumor()
@@ -337,6 +388,8 @@ class Nostr(Network):
         newest: nostr_sdk.Event | None = None
         asked = list(self._connections)
         for url in asked:
+            # Only the person's own list (_fetch keeps what matches): a hostile relay's answer of
+            # another key's list, dated ahead, would otherwise send their answers elsewhere.
             for found in await self._fetch(url, {"kinds": [DM_RELAYS], "authors": [person], "limit": 1}):
                 if newest is None or found.created_at().as_secs() > newest.created_at().as_secs():
                     newest = found
@@ -348,7 +401,9 @@ class Nostr(Network):
         return inbox
 
     async def _fetch(self, url: str, query: dict[str, Any]) -> list[nostr_sdk.Event]:
-        """The valid events ``query`` finds on the connected relay ``url`` (none if it does not answer)."""
+        """The valid events ``query`` finds on the connected relay ``url`` (none if it does not
+        answer): validly signed, and matching ``query`` (a relay's answer is its word only)."""
+        wanted = nostr_sdk.Filter.from_json(json.dumps(query))
         ws = self._connections.get(url)
         if ws is None:
             return []
@@ -371,7 +426,7 @@ class Nostr(Network):
                 event = nostr_sdk.Event.from_json(json.dumps(raw))
             except nostr_sdk.NostrSdkError:
                 continue
-            if event.verify():
+            if wanted.match_event(event) and event.verify():
                 events.append(event)
         return events
 

@@ -4,11 +4,12 @@ An outbound Message of a User with a channel identity is also sent to that
 User on the channel of their most recent inbound Message: its row is written
 by the Message's own transaction (``messages.service`` calls :func:`add_messages`),
 so a committed Message is always sent and a rolled-back one never is. When that
-most recent inbound Message came through the Public server, no channel sends
-it. A User who has never written and has exactly one identity gets a
-conversation opened on it (the row names no conversation: the sender opens
-one). The channel's own words (a pairing code, "only text is read") are rows
-too (:func:`add_notice`), written with the read position that saw the message.
+most recent inbound Message came through the Public server, or through an
+identity since unlinked from the User, no channel sends it. A User who has
+never written and has exactly one identity gets a conversation opened on it
+(the row names no conversation: the sender opens one). The channel's own words
+(a pairing code, "only text is read") are rows too (:func:`add_notice`),
+written with the read position that saw the message.
 
 Where no channel is served (``Store.channels`` empty) an outbound Message's
 writer pays one attribute read and no query. Rows are sent by the channel's
@@ -38,7 +39,10 @@ def target(route: queries.Route, served: frozenset[str]) -> tuple[str, str, str 
     """Where an outbound Message of a User with ``route`` goes: ``(channel, identity,
     conversation or None to open one)``, or None when no channel sends it."""
     held = route.conversation
-    if held is not None:
+    # Only a conversation on an identity the User still holds: one unlinked from them may be
+    # another User's now (identities.unlink forgets it; one written by an attempt under way as
+    # it did is still never used).
+    if held is not None and held.identity in route.identities:
         # Still the most recent inbound Message's conversation (or, for one the gateway opened,
         # still none written since)? A Public inbound Message since then takes the User off it.
         if held.inbound_seq == route.last_inbound_seq and held.channel in served:

@@ -17,6 +17,10 @@ dead (``agent-gateway channels deliveries --state dead``).
 A delivery without a conversation (a User who never wrote) gets one opened on
 its identity first, recorded as the User's conversation and on the delivery,
 so a retry sends into the same one.
+
+A delivery ended while claimed (its identity unlinked from its User:
+``channels.identities.unlink``) is not sent when its turn in the batch comes;
+only one whose attempt had already begun may still go out.
 """
 
 from __future__ import annotations
@@ -87,7 +91,12 @@ class Sender(woken.WokenLoop):
                 )
             if not claimed:
                 break
-            for delivery in claimed:
+            for index, delivery in enumerate(claimed):
+                # The first is sent as soon as it is claimed; a later one has waited for the sends
+                # before it, meanwhile it may have been ended (its identity unlinked from its User).
+                if index and not await queries.still_held(self.store, delivery):
+                    self._skipped(delivery)
+                    continue
                 await asyncio.shield(self._attempt(delivery))
         async with self.store.read() as conn:
             due = await queries.next_due(conn, channel=channel)
@@ -119,13 +128,28 @@ class Sender(woken.WokenLoop):
             extra={"action": "channel_delivery", "delivery": delivery.id, "status": outcome},
         )
 
+    def _skipped(self, delivery: queries.Claimed) -> None:
+        metrics.channel_messages.labels(self.network.name, "out", "superseded").inc()
+        logger.info(
+            "%s delivery %s (%s) to %s: not sent, it was ended after it was claimed", self.network.name, delivery.id,
+            delivery.kind, delivery.identity,
+            extra={"action": "channel_delivery", "delivery": delivery.id, "status": "superseded"},
+        )
+
     async def _open(self, delivery: queries.Claimed) -> str:
         """The conversation of a delivery that names none: the User's on this channel if one was
-        opened meanwhile, else a new one, recorded before anything is sent into it."""
+        opened meanwhile, else a new one, recorded before anything is sent into it. Never one
+        with an identity the User no longer holds."""
         channel = self.network.name
         async with self.store.read() as conn:
             route = (await queries.routes(conn, [delivery.user_id]) if delivery.user_id else {}).get(delivery.user_id or "")
+        if delivery.user_id is not None and (route is None or delivery.identity not in route.identities):
+            raise SendFailed(f"{delivery.identity} is no longer linked to the User")
         held = None if route is None else route.conversation
+        # One on an identity since unlinked from the User (written by an attempt under way at the
+        # unlink) is none: replaced below.
+        if held is not None and route is not None and held.identity not in route.identities:
+            held = None
         if held is not None and held.channel == channel and held.identity == delivery.identity:
             conversation = held.conversation
         else:

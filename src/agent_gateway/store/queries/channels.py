@@ -65,7 +65,8 @@ async def link(conn: AsyncConnection, *, identity: str, channel: str, user_id: s
 
 
 async def unlink(conn: AsyncConnection, *, identity: str, user_id: str) -> bool:
-    """Remove the link of ``identity`` to ``user_id``; False when there is none."""
+    """Remove the link of ``identity`` to ``user_id``; False when there is none. What was on its
+    way to the identity is the caller's (:func:`end_deliveries`, :func:`forget_conversation`)."""
     result = await conn.execute(
         identities.delete().where(identities.c.identity == identity, identities.c.user_id == user_id)
     )
@@ -160,6 +161,13 @@ class Conversation:
 
 async def set_conversation(conn: AsyncConnection, conversation: Conversation) -> None:
     await conn.execute(_upsert(conn, conversations, dataclasses.asdict(conversation), "user_id"))
+
+
+async def forget_conversation(conn: AsyncConnection, *, user_id: str, identity: str) -> None:
+    """Forget ``user_id``'s conversation when it is on ``identity`` (one of another identity stays)."""
+    await conn.execute(
+        conversations.delete().where(conversations.c.user_id == user_id, conversations.c.identity == identity)
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -333,6 +341,33 @@ async def record(
     """Record how the attempt of a claimed delivery went (``store.outbox.Outbox.record``): its
     outcome and when."""
     return await _OUTBOX.record(store, claimed.held, error, retry_from=claimed.retry_from, backoff=backoff)
+
+
+# Whether a claimed delivery is still open and held by its claim; by state first (the state index), as
+# every lookup by id here: the id has no index of its own.
+_STILL_HELD = direct.Query(
+    sa.select(deliveries.c.position).where(
+        _OUTBOX.is_open, deliveries.c.next_attempt_at == sa.bindparam("lease"),
+        deliveries.c.id == sa.bindparam("row_id"), deliveries.c.attempts == sa.bindparam("attempts"),
+    )
+)
+
+
+async def still_held(store: Store, claimed: Claimed) -> bool:
+    """Whether ``claimed`` is still open and held by its claim (nothing ended it meanwhile, such as
+    an unlink: :func:`end_deliveries`)."""
+    return bool(await store.fetch(_STILL_HELD, lease=claimed.lease, row_id=claimed.id, attempts=claimed.attempts))
+
+
+async def end_deliveries(conn: AsyncConnection, *, user_id: str, identity: str, error: str, now: str) -> int:
+    """End, dead with ``error``, the open deliveries of ``user_id``'s Messages to ``identity``, in the
+    caller's transaction (one being attempted too: its outcome is then not written); how many."""
+    result = await conn.execute(
+        deliveries.update()
+        .where(_OUTBOX.is_open, deliveries.c.user_id == user_id, deliveries.c.identity == identity)
+        .values(state=DEAD, next_attempt_at=now, last_error=error)  # when it closed, for retention
+    )
+    return result.rowcount
 
 
 async def next_due(conn: AsyncConnection, *, channel: str) -> str | None:
