@@ -1,7 +1,8 @@
 """A User's receipt (issue 41) on both backends: GET /messages/{seq}/receipt for one's own inbound
-Message, and ``agent-gateway verify-receipt``, which accepts it for the text as written and refuses,
-in one line naming what differs, another text (one character changed, another User's), a template
-changed after the fact, a bad signature, a bad proof, another key and malformed files."""
+Message, and ``agent-gateway verify-receipt``, which accepts it for the text as written, naming the
+Message and its User, and refuses, in one line naming what differs, another text (one character
+changed, another User's), another User's receipt (--user), a template changed after the fact, a bad
+signature, a bad proof, another key and malformed files."""
 
 from __future__ import annotations
 
@@ -42,8 +43,8 @@ def vkey(gateway: Gateway) -> str:
     return service.signer(gateway.settings, gateway.identity).key.vkey()
 
 
-def verify_receipt(path: Path, text: str, key: str) -> tuple[int, str]:
-    result = CliRunner().invoke(app, ["verify-receipt", str(path), "--text", text, "--key", key])
+def verify_receipt(path: Path, text: str, key: str, *args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(app, ["verify-receipt", str(path), "--text", text, "--key", key, *args])
     output = (result.stdout + (result.stderr or "")).strip()
     assert "\n" not in output and "Traceback" not in output, output
     return result.exit_code, output
@@ -111,9 +112,12 @@ async def test_a_receipt_verifies_for_its_text_and_refuses_another(
     size = int(document["checkpoint"].split("\n")[1])
     assert run["treeSize"] == told["treeSize"] == size and run["seq"] <= size
     path = written(tmp_path, document)
-    assert verify_receipt(path, TEXT, vkey(gateway)) == (0, "your Message reached the agent as written, under instructions #1")
+    alice_id, bob_id = (headers["Authorization"].removeprefix("Bearer test-") for headers in (alice, bob))
+    ok = f"your Message reached the agent as written, under instructions #1 (Message 1 of User {alice_id})"
+    assert verify_receipt(path, TEXT, vkey(gateway)) == (0, ok)
+    assert verify_receipt(path, TEXT, vkey(gateway), "--user", alice_id, "--seq", "1") == (0, ok)
     verified = receipt.verify(receipt.parse(path.read_bytes()), TEXT, proof.gateway_key(vkey(gateway)))
-    assert (verified.seq, verified.instructions, verified.runs) == (message["seq"], [1], 1)
+    assert (verified.seq, verified.user, verified.instructions, verified.runs) == (message["seq"], alice_id, [1], 1)
     # One character changed, and Bob's own text in Alice's receipt: refused, naming the text.
     for text in (TEXT.replace("10:00", "10:01"), TEXT + " ", "Bob's own words"):
         code, said = verify_receipt(path, text, vkey(gateway))
@@ -125,6 +129,9 @@ async def test_a_receipt_verifies_for_its_text_and_refuses_another(
     claimed["message"]["userId"] = (await public.get(f"/messages/{bobs['seq']}/receipt", headers=bob)).json()["message"]["userId"]
     code, said = verify_receipt(written(tmp_path, claimed, "claimed.json"), TEXT, vkey(gateway))
     assert code == 1 and said.startswith("agent-gateway: error: text:"), said
+    # Bob writes Alice's very text: her receipt, handed to him, verifies for it, and names her; with --user, refused.
+    code, said = verify_receipt(path, TEXT, vkey(gateway), "--user", bob_id)
+    assert (code, said) == (1, f"agent-gateway: error: message: the receipt is of User {alice_id}'s Message, not --user {bob_id}'s")
 
 
 async def test_another_users_message_is_the_same_404_as_none(gateway: Gateway, public: httpx.AsyncClient) -> None:
@@ -234,7 +241,7 @@ async def test_tampered_receipts_are_refused_naming_the_check(
     other = ed25519.Ed25519PrivateKey.generate().public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
     jwk = {"kty": "OKP", "crv": "Ed25519", "x": base64.urlsafe_b64encode(other).rstrip(b"=").decode()}
     refused(lambda d: None, "checkpoint: ", key=note.note_keys(name, jwk)[0].vkey())
-    refused(lambda d: None, "checkpoint: its origin", key=note.note_keys("example.com/log", jwk)[0].vkey())
+    refused(lambda d: None, "checkpoint: the note is another log's", key=note.note_keys("example.com/log", jwk)[0].vkey())
     refused(lambda d: None, "--key: not an Ed25519", key="nonsense")
 
 

@@ -43,10 +43,13 @@ def audit(
     Exit 0 when everything holds (and remember the checkpoint); exit 1 with one
     line naming the first Decision or checkpoint that does not. With --witness, the
     witnessed checkpoint must also verify, hold --quorum cosignatures of those
-    witnesses, and be consistent with the checkpoint verified.
+    witnesses, and be consistent with the checkpoint verified. A witness's key given twice is
+    refused; a --quorum of half the witnesses or fewer is warned about on stderr (two parties
+    counting that few may count disjoint witnesses, and each be shown its own fork).
     With --ledger, the Run ledger is audited the same way, witnesses too (give it a --state file
-    of its own), and the summary lists the instruction changes, the Runs per Signal kind, and the
-    Runs of Signals the operator emitted directly (whatever their kind).
+    of its own), its entries numbered from 1 without gaps and each Run naming an instructions
+    entry before it, and the summary lists the instruction changes, the Runs per Signal kind, and
+    the Runs of Signals the operator emitted directly (whatever their kind).
     """
     witness_keys, needed = proofs.witness_policy(witnesses, quorum)
     base = url.rstrip("/")

@@ -19,7 +19,6 @@ import dataclasses
 from datetime import timedelta
 from typing import Any
 
-import jinja2
 import orjson
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field
@@ -138,6 +137,7 @@ class ReceiptFailure(errors.GatewayError):
 @dataclasses.dataclass(frozen=True)
 class Verified:
     seq: int  # the Message's
+    user: str  # the id of the User whose Message it is
     instructions: list[int]  # the numbers of the instructions entries its Runs ran under
     runs: int
     checkpoint: note.Checkpoint
@@ -153,28 +153,49 @@ def parse(data: bytes) -> Receipt:
         raise ReceiptFailure(f"format: not a receipt ({where}: {first['msg']})") from None
 
 
-def verify(receipt: Receipt, text: str, key: note.NoteKey) -> Verified:
-    """Check ``receipt`` for the Message ``text``: the checkpoint's signature by ``key`` (the
-    gateway's, under the Decision log's origin or the ledger's), every entry's inclusion in it,
-    and for each Run the payload and Prompt digests of its entry against the payload rebuilt
-    with ``text`` and the Prompt rendered from its instructions' template. Raises :class:`ReceiptFailure`."""
+def verify(receipt: Receipt, text: str, key: note.NoteKey, *, user: str | None = None, seq: int | None = None) -> Verified:
+    """Check ``receipt`` for the Message ``text``: given ``user`` and ``seq``, that it is of that
+    User's Message of that number (the receipt's own Message is bound to the Run by its payload
+    digest, so a receipt of another User's Message with the same text would verify otherwise); the
+    checkpoint's signature by ``key`` (the gateway's, under the Run ledger's origin), every entry's
+    inclusion in it, and for each Run the payload and Prompt digests of its entry against the payload
+    rebuilt with ``text`` and the Prompt rendered from its instructions' template, which precede it.
+    Raises :class:`ReceiptFailure`."""
+    whose, number = receipt.message.get("userId"), receipt.message.get("seq")
+    if user is not None and whose != user:
+        raise ReceiptFailure(f"message: the receipt is of User {whose}'s Message, not --user {user}'s")
+    if seq is not None and number != seq:
+        raise ReceiptFailure(f"message: the receipt is of Message {number}, not --seq {seq}")
     checkpoint = _checkpoint(receipt.checkpoint.encode(), key)
     runs = [_included(entry, checkpoint, leaves.RUN) for entry in receipt.runs]
     told = {entry.seq: _included(entry, checkpoint, leaves.INSTRUCTIONS) for entry in receipt.instructions}
-    seq = receipt.message.get("seq")
     if not runs:
-        raise ReceiptFailure(f"no Run: Message {seq} has not reached the agent yet (the receipt holds no Run entry)")
+        raise ReceiptFailure(f"no Run: Message {number} has not reached the agent yet (the receipt holds no Run entry)")
     payload = {**receipt.message, TEXT: text}
     signal = Signal(receipt.signal.id, receipt.signal.kind, payload, receipt.signal.emittedAt, "processing", None)
     for run in runs:
         _check_run(run, signal, told)
-    return Verified(seq, sorted({run["instructions"] for run in runs}), len(runs), checkpoint)  # type: ignore[arg-type]
+    instructions = sorted({run["instructions"] for run in runs})
+    return Verified(number, str(whose), instructions, len(runs), checkpoint)  # type: ignore[arg-type]
+
+
+def ledger_origins(name: str) -> set[str]:
+    """The Run ledger's origins for the key named ``name``: the Decision log's vkey (``keys show``'s
+    ``vkey``) names the Decision log, whose ledger's origin is derived from it; the ledger's own vkey
+    (``ledger.vkey``) names the ledger itself, by the prefix or suffix every ledger origin has."""
+    derived = transparency.ledger_origins(name)
+    if name.startswith(transparency.LEDGER_ORIGIN_PREFIX) or name.endswith("/ledger"):
+        derived.add(name)
+    return derived
 
 
 def _checkpoint(signed: bytes, key: note.NoteKey) -> note.Checkpoint:
     origin = signed.split(b"\n", 1)[0].decode(errors="replace")
-    if origin not in {key.name, *transparency.ledger_origins(key.name)}:
-        raise ReceiptFailure(f"checkpoint: its origin {origin!r} is not the Run ledger's of --key {key.name}")
+    if origin not in ledger_origins(key.name):
+        # A note of the Decision log (or any other) under the same key: not the tree the ledger's
+        # witnesses and auditors see, so it proves nothing of the ledger.
+        shown = origin if len(origin) <= 80 else origin[:80] + "…"
+        raise ReceiptFailure(f"checkpoint: the note is another log's ({shown!r}), not the Run ledger's of --key {key.name}")
     ledger_key = dataclasses.replace(key, name=origin)
     try:
         return note.Checkpoint.parse(note.open_note(signed, [ledger_key]))
@@ -215,10 +236,18 @@ def _check_run(run: dict[str, Any], signal: Signal, told: dict[int, dict[str, An
     instructions = told.get(number) if isinstance(number, int) else None
     if instructions is None:
         raise ReceiptFailure(f"instructions: {where} ran under instructions #{number}, which the receipt does not hold")
+    if number >= run["seq"]:  # type: ignore[operator]
+        # The gateway appends the instructions before the Runs they are in force for: a later entry
+        # was published after the Prompt was made, and says nothing of how it was made.
+        raise ReceiptFailure(f"instructions: {where} names instructions #{number}, appended after it: not what it ran under")
+    if not isinstance(run.get("payload"), str):
+        raise ReceiptFailure(f"text: {where} records no payload digest: nothing ties a text to it")
     try:
         digest = leaves.sha256(leaves.canonical(signal.payload))
     except ValueError:
-        digest = None
+        # Every Message's payload is JSON the gateway hashed; this one (the receipt's with the text) is not.
+        seq = signal.payload.get("seq")
+        raise ReceiptFailure(f"text: Message {seq} with this text is no payload the gateway could have hashed (RFC 8785)") from None
     if digest != run.get("payload"):
         raise ReceiptFailure(
             f"text: Message {signal.payload.get('seq')} as the agent was given it is not this text "
@@ -252,5 +281,6 @@ def _handler(instructions: dict[str, Any], kind: str, number: int) -> TemplateHa
         )
     try:
         return TemplateHandler(kind, template, session)
-    except jinja2.TemplateSyntaxError as exc:  # not the gateway's, which compiled it
+    except Exception as exc:  # not the gateway's, which compiled it: any text may come, and Jinja2
+        # raises more than its syntax error on some (a RecursionError for one nested past Python's limit)
         raise ReceiptFailure(f"prompt: the template of {kind} in instructions #{number} does not compile ({type(exc).__name__})") from None

@@ -24,7 +24,7 @@ from joserfc.jwk import Key
 from agent_gateway import errors, merkle
 from agent_gateway.signatures import verifier
 from agent_gateway.signatures.service import DECISION_TYP
-from agent_gateway.transparency import note, witness
+from agent_gateway.transparency import note, proof, service, witness
 
 PAGE = 200  # the spec's largest window
 TIMEOUT_S = 60
@@ -43,14 +43,19 @@ class State:
     root: bytes = merkle.EMPTY_ROOT
     last_seq: int = 0
     frontier: tuple[bytes, ...] = ()
+    # The Run ledger's instructions entries audited so far (their seq), which later Runs may name;
+    # None for the Decision log, and in a state file written before the audit kept them.
+    instructions: tuple[int, ...] | None = None
 
     def to_json(self) -> dict[str, Any]:
+        told = {} if self.instructions is None else {"instructions": list(self.instructions)}
         return {
             "origin": self.origin,
             "size": self.size,
             "root": _b64(self.root),
             "lastSeq": self.last_seq,
             "frontier": [_b64(hash_) for hash_ in self.frontier],
+            **told,
         }
 
     @classmethod
@@ -62,8 +67,9 @@ class State:
                 base64.b64decode(document["root"]),
                 int(document["lastSeq"]),
                 tuple(base64.b64decode(hash_) for hash_ in document["frontier"]),
+                None if document.get("instructions") is None else tuple(int(seq) for seq in document["instructions"]),
             )
-        except (KeyError, TypeError, ValueError):
+        except (KeyError, TypeError, ValueError, AttributeError):
             raise AuditFailure("the state file is not one agent-gateway audit wrote") from None
         if len(state.frontier) != len(merkle.subtrees(0, state.size)):
             raise AuditFailure("the state file is not one agent-gateway audit wrote")
@@ -126,7 +132,11 @@ class Auditor:
         if self._witnesses:
             self._check_witnessed(checkpoint)
         new_state = State(checkpoint.origin, checkpoint.size, checkpoint.root, last_seq, tuple(frontier))
-        return new_state, Report(checkpoint, checkpoint.size - state.size)
+        return self._remembered(new_state), Report(checkpoint, checkpoint.size - state.size)
+
+    def _remembered(self, state: State) -> State:
+        """What the next round is to remember besides the tree (the ledger: its instructions entries)."""
+        return state
 
     def _check_witnessed(self, checkpoint: note.Checkpoint) -> None:
         """The witnessed checkpoint verifies, holds ``quorum`` cosignatures of the given witnesses, and
@@ -147,7 +157,7 @@ class Auditor:
             raise AuditFailure(f"{name} names the log {witnessed.origin!r}, not {checkpoint.origin!r}")
         lines = response.content[len(text) + 1 :]
         try:
-            cosigned = [key.name for key in self._witnesses if witness.cosignature_of(key, text, lines) is not None]
+            cosigned = proof.cosigners(self._witnesses, text, lines)
         except note.NoteError as exc:
             raise AuditFailure(f"{name}: {exc}") from None
         if len(cosigned) < self._quorum:
@@ -167,11 +177,24 @@ class Auditor:
         claimed = text.split(b"\n", 1)[0].decode(errors="replace")
         if origin is not None and claimed != origin:
             raise AuditFailure(f"the checkpoint names the log {claimed!r}, not the remembered {origin!r}")
+        # With nothing remembered, the name must still be this log's: the same key signs the other log.
+        foreign = self._foreign(claimed) if origin is None else None
+        if foreign is not None:
+            raise AuditFailure(f"the checkpoint names the log {claimed!r}{foreign}")
         keys = [key for jwk in self._keys for key in note.note_keys(claimed, jwk.as_dict())]
         try:
             return note.Checkpoint.parse(note.open_note(text, keys))
         except note.NoteError as exc:
             raise AuditFailure(f"the checkpoint does not verify against the JWK Set: {exc}") from None
+
+    def _foreign(self, origin: str) -> str | None:
+        """Why ``origin`` is not this log's, to follow its name in a one-line failure; None when it may be.
+
+        The Decision log's name is the operator's choice (``transparency.origin``) or derived from the
+        key, so only the Run ledger's derived names are certainly another log's."""
+        if origin.startswith(service.LEDGER_ORIGIN_PREFIX):
+            return ": the Run ledger's, not the Decision log's (audit --ledger audits it)"
+        return None
 
     def _entries(self, after: int, count: int, name: str) -> Iterator[dict[str, Any]]:
         """The ``count`` entries after seq ``after``, ascending, walking the log forwards."""
@@ -183,11 +206,18 @@ class Auditor:
             if not page:
                 raise AuditFailure(f"{name}: the log lacks {count} of its {self.ENTRIES} after seq {after}")
             for entry in page[:count]:
-                if not isinstance(entry, dict) or not isinstance(entry.get("seq"), int) or entry["seq"] <= after:
+                if not isinstance(entry, dict) or type(entry.get("seq")) is not int:
                     raise AuditFailure(f"the {self.LOG} is out of order after seq {after}")
+                self._check_follows(entry, after)
                 after = entry["seq"]
                 yield entry
             count -= len(page[:count])
+
+    def _check_follows(self, entry: dict[str, Any], after: int) -> None:
+        """``entry`` may come next after seq ``after``. Decisions: a greater seq (the spec lets a rolled-back
+        publish burn a number, so a gap means nothing; their leaves are in seq order)."""
+        if entry["seq"] <= after:
+            raise AuditFailure(f"the {self.LOG} is out of order after seq {after}")
 
     def _leaf(self, decision: dict[str, Any]) -> bytes:
         """The leaf of ``decision`` once its JWS verifies."""

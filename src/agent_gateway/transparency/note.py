@@ -44,6 +44,11 @@ _OTHER_ALGORITHMS = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "EdDS
 # Key names (origins): non-empty, no Unicode spaces, no "+" (signed-note).
 _KEY_NAME = re.compile(r"[^\s+]+")
 SIGNATURE_PREFIX = "\u2014 "
+# Tree sizes are 64-bit (tlog-checkpoint). A size is read only up to 20 digits, so that a hostile
+# note cannot make int() convert thousands of them (which it refuses with a ValueError).
+MAX_SIZE = 2**64 - 1
+_SIZE = re.compile(r"0|[1-9][0-9]{0,19}")
+_SIGNATURE_LINE = re.compile(r"\u2014 ([^\s+]+) ([A-Za-z0-9+/]+={0,2})")
 
 
 class NoteError(errors.GatewayError):
@@ -68,12 +73,16 @@ class Checkpoint:
 
     @classmethod
     def parse(cls, text: bytes) -> Checkpoint:
-        lines = text.decode().split("\n")
+        try:
+            lines = text.decode().split("\n")
+        except UnicodeDecodeError:
+            raise NoteError("the checkpoint is not UTF-8") from None
         if len(lines) < 4 or lines[-1] != "":
             raise NoteError("a checkpoint has an origin, a size and a root hash, each on its own line")
         origin, size, root = lines[:3]
-        if not re.fullmatch(r"0|[1-9][0-9]*", size):
-            raise NoteError(f"the checkpoint's size {size!r} is not a decimal number")
+        if not _SIZE.fullmatch(size) or int(size) > MAX_SIZE:
+            shown = repr(size) if len(size) <= 40 else f"of {len(size)} characters"
+            raise NoteError(f"the checkpoint's size {shown} is not a decimal number below 2^64")
         try:
             digest = base64.b64decode(root, validate=True)
         except ValueError:
@@ -170,15 +179,28 @@ def open_note(note: bytes, keys: list[NoteKey]) -> bytes:
     text, lines = note[: cut + 1], note[cut + 2 : -1].decode().split("\n")
     verified = False
     for line in lines:
-        match = re.fullmatch(r"\u2014 ([^\s+]+) ([A-Za-z0-9+/=]+)", line)
-        if not match:
-            raise NoteError(f"malformed signature line {line!r}")
-        signature = base64.b64decode(match.group(2))
+        name, signature = _signature_line(line)
         for key in keys:
-            if key.name == match.group(1) and signature[:4] == key.key_id:
+            if key.name == name and signature[:4] == key.key_id:
                 if not key.verifies(text, signature[4:]):
                     raise NoteError(f"the signature of {key.name} does not verify")
                 verified = True
     if not verified:
         raise NoteError("no signature by the gateway's key")
     return text
+
+
+def _signature_line(line: str) -> tuple[str, bytes]:
+    """The key name, and the key ID with the signature, of a signature line. A line that is no signature
+    line (no em dash, a bad key name, base64 that does not decode, less than a key ID and one byte)
+    makes the whole note malformed, whoever's key it names: signed-note ignores the signatures of
+    unknown keys, not lines that are no signature (Go's ``note.Open`` refuses such a note too)."""
+    match = _SIGNATURE_LINE.fullmatch(line)
+    try:
+        signature = base64.b64decode(match.group(2), validate=True) if match else b""
+    except ValueError:
+        signature = b""
+    if match is None or len(signature) < 5:
+        shown = line if len(line) <= 80 else line[:80] + "…"
+        raise NoteError(f"malformed signature line {shown!r}")
+    return match.group(1), signature

@@ -46,9 +46,12 @@ class TlogProof:
             raise ProofFailure("format: not a c2sp.org/tlog-proof@v1 proof")
         if len(lines) < 3 or not lines[1].startswith(b"extra "):
             raise ProofFailure("format: no extra line (the Decision's JWS)")
-        match = re.fullmatch(rb"index (0|[1-9][0-9]*)", lines[2])
-        if match is None:
+        if not lines[2].startswith(b"index "):
             raise ProofFailure("format: no index line")
+        # A leaf index is below a tree size, so below 2^64: 20 digits at most, never thousands for int() to refuse.
+        match = re.fullmatch(rb"index (0|[1-9][0-9]{0,19})", lines[2])
+        if match is None or int(match.group(1)) > note.MAX_SIZE:
+            raise ProofFailure("format: the index is not a decimal number below 2^64")
         try:
             extra = base64.b64decode(lines[1][6:], validate=True)
             hashes = [base64.b64decode(line, validate=True) for line in lines[3:]]
@@ -74,6 +77,17 @@ def gateway_key(vkey: str) -> note.NoteKey:
     return key
 
 
+def cosigners(witnesses: list[witness.WitnessKey], text: bytes, lines: bytes) -> list[witness.WitnessKey]:
+    """The keys of ``witnesses`` whose cosignature of the checkpoint ``text`` is among the signature
+    ``lines``, each public key once: cosignature/v1 signs the checkpoint, not the witness's name, so
+    one cosignature copied under a second name would otherwise count twice. Raises :class:`note.NoteError`."""
+    found: dict[bytes, witness.WitnessKey] = {}
+    for key in witnesses:
+        if key.public not in found and witness.cosignature_of(key, text, lines) is not None:
+            found[key.public] = key
+    return list(found.values())
+
+
 @dataclasses.dataclass(frozen=True)
 class Verified:
     seq: int
@@ -90,28 +104,24 @@ def verify(
     given ``statement``, that the Decision says it. Raises :class:`ProofFailure` naming the failing check."""
     try:
         text = note.open_note(proof.note, [gateway])
+        checkpoint = note.Checkpoint.parse(text)
     except note.NoteError as exc:
         raise ProofFailure(f"checkpoint: {exc} (--key {gateway.name})") from None
-    checkpoint = note.Checkpoint.parse(text)
     if checkpoint.origin != gateway.name:
         raise ProofFailure(f"checkpoint: its origin {checkpoint.origin!r} is not --key's name {gateway.name!r}")
     try:
         merkle.verify_inclusion(proof.index, checkpoint.size, merkle.leaf_hash(proof.extra), proof.hashes, checkpoint.root)
     except merkle.ProofError as exc:
         raise ProofFailure(f"inclusion: {exc}") from None
-    lines = proof.note[len(text) + 1 :]
-    cosigned_by = []
-    for key in witnesses:
-        try:
-            if witness.cosignature_of(key, text, lines) is not None:
-                cosigned_by.append(key.name)
-        except note.NoteError as exc:
-            raise ProofFailure(f"cosignatures: {exc}") from None
-    if len(cosigned_by) < quorum:
-        missing = [key.name for key in witnesses if key.name not in cosigned_by]
+    try:
+        cosigned = cosigners(witnesses, text, proof.note[len(text) + 1 :])
+    except note.NoteError as exc:
+        raise ProofFailure(f"cosignatures: {exc}") from None
+    if len(cosigned) < quorum:
+        missing = [key.name for key in witnesses if key.public not in {found.public for found in cosigned}]
         raise ProofFailure(
-            f"cosignatures: {len(cosigned_by)} of the given witnesses cosigned, --quorum is {quorum} "
-            f"(no valid cosignature by {', '.join(missing) or 'any'})"
+            f"cosignatures: {len(cosigned)} of the given witnesses cosigned, --quorum is {quorum}"
+            + (f" (no valid cosignature by {', '.join(missing)})" if missing else "")
         )
     verified = verifier.verify(proof.extra.decode(errors="replace"), [gateway.key])
     if verified is None:
@@ -122,4 +132,4 @@ def verify(
         raise ProofFailure("decision: the JWS's payload is not a Decision")
     if statement is not None and said != statement:
         raise ProofFailure(f"statement: Decision {payload['seq']} says something else")
-    return Verified(payload["seq"], said, checkpoint, cosigned_by)
+    return Verified(payload["seq"], said, checkpoint, [key.name for key in cosigned])

@@ -430,7 +430,7 @@
     }
     let checked;
     try {
-      checked = await proofs.verifyReceipt(receipt, message, jwks);
+      checked = await proofs.verifyReceipt(receipt, { seq: message.seq, text: message.text, userId: current.userId }, jwks);
     } catch (error) {
       if (!(error instanceof proofs.Refused)) throw error;
       return mark(item, "failed", "✗ receipt does not verify", error.message);

@@ -89,12 +89,26 @@ window.agentGatewayProofs = (() => {
     const text = note.slice(0, cut + 1);
     const [origin, size, root] = text.split("\n");
     const signatures = note.slice(cut + 2, -1).split("\n").map((line) => {
+      // A line that is no signature (base64 that does not decode, less than a key ID and a byte) makes
+      // the note malformed, whoever's key it names (signed-note; Go's note.Open alike).
       const match = /^\u2014 (\S+) ([A-Za-z0-9+/]+={0,2})$/.exec(line);
-      if (!match) throw new Refused("a signature line of the checkpoint is malformed");
-      return { name: match[1], blob: base64(match[2]) };
+      let blob = null;
+      try {
+        blob = match && base64(match[2]);
+      } catch (error) {
+        blob = null;
+      }
+      if (!blob || blob.length < 5) throw new Refused("a signature line of the checkpoint is malformed");
+      return { name: match[1], blob };
     });
     if (!/^(0|[1-9][0-9]*)$/.test(size || "")) throw new Refused("the checkpoint has no size");
-    return { text, bytes: encoder.encode(text), origin, size: Number(size), root: base64(root || ""), signatures };
+    let digest;
+    try {
+      digest = base64(root || "");
+    } catch (error) {
+      throw new Refused("the checkpoint's root hash is not base64");
+    }
+    return { text, bytes: encoder.encode(text), origin, size: Number(size), root: digest, signatures };
   }
 
   // The gateway's key that signed the checkpoint (signed-note: a listed key's bad signature refuses it).
@@ -251,9 +265,9 @@ window.agentGatewayProofs = (() => {
     return { ...content, seq: entry.seq };
   }
 
-  // The receipt of ``message`` ({seq, text} as the page shows it), checked against the JWK Set
-  // ``jwks``: {instructions: [the entries the Runs ran under], promptsChecked}, or a Refused error.
-  // A receipt with no Run yet answers {instructions: []}.
+  // The receipt of ``message`` ({seq, text} as the page shows it, and userId, the logged-in User's),
+  // checked against the JWK Set ``jwks``: {instructions: [the entries the Runs ran under],
+  // promptsChecked}, or a Refused error. A receipt with no Run yet answers {instructions: []}.
   async function verifyReceipt(receipt, message, jwks) {
     const checkpoint = openNote(receipt.checkpoint);
     if (!LEDGER_ORIGIN.test(checkpoint.origin)) throw new Refused("the checkpoint is not the Run ledger's");
@@ -262,6 +276,8 @@ window.agentGatewayProofs = (() => {
     for (const entry of receipt.runs) runs.push(await provedEntry(entry, checkpoint, "run"));
     const told = new Map();
     for (const entry of receipt.instructions) told.set(entry.seq, await provedEntry(entry, checkpoint, "instructions"));
+    // Another User's Message with the same text would verify otherwise: the receipt names its User.
+    if (receipt.message.userId !== message.userId) throw new Refused("the receipt is of another User's Message");
     if (receipt.message.seq !== message.seq) throw new Refused("the receipt is of another Message");
     const payload = { ...receipt.message, text: message.text };
     const signal = receipt.signal;
@@ -271,6 +287,8 @@ window.agentGatewayProofs = (() => {
       if (run.signal !== signal.id || run.kind !== signal.kind) throw new Refused("a Run of another Signal");
       const instructions = told.get(run.instructions);
       if (!instructions) throw new Refused(`the receipt lacks instructions #${run.instructions}`);
+      // The instructions in force were appended before the Run: a later entry says nothing of its Prompt.
+      if (!(run.instructions < run.seq)) throw new Refused(`instructions #${run.instructions} were appended after the Run`);
       if (hexOf(await sha256(encoder.encode(canonical(payload)))) !== run.payload) {
         throw new Refused("the agent was not given this text for this Message");
       }
