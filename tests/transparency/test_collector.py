@@ -1,7 +1,8 @@
 """The witness collector against real witnesses (aics-witness from PyPI, tests/servers.py): woken
-by a publish in another process, quorum, a witness down and back, a witness with another key for the log, a restart, a 409 resync, and two
-processes on PostgreSQL with one collector; the Run ledger witnessed by the same witnesses (woken by
-each entry, refused by a witness not told its origin, and audited with them)."""
+by a publish in another process, quorum, a witness down and back, a witness with another key for the log, a restart,
+a 409 resync (also to the size the witness holds: it cosigns that size again), and two processes on PostgreSQL with
+one collector; the Run ledger witnessed by the same witnesses (woken by each entry, refused by a witness not told its
+origin, and audited with them). Witnesses whose answers go wrong: tests/transparency/test_collector_answers.py."""
 
 from __future__ import annotations
 
@@ -260,7 +261,7 @@ async def _failures(gateway: Gateway, listed: servers.Witness) -> float:
     return metrics.witness_failures.labels("decisions", name)._value.get()  # type: ignore[attr-defined]
 
 
-async def test_a_witness_that_holds_the_current_size_leaves_the_collector_waiting(
+async def test_a_witness_that_holds_the_current_size_cosigns_it_again_and_the_collector_then_waits(
     settings: config.Settings, witnesses: list[servers.Witness], origin: str, running: Callable,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -270,7 +271,8 @@ async def test_a_witness_that_holds_the_current_size_leaves_the_collector_waitin
         await publish(agent, 3)
     await witnessed_at(first, 3, "witnessed at 3")
     # The gateway forgets the cosignature (a restored backup, say): the witness answers 409 with
-    # the size the log has now, and there is nothing to submit until the next publish.
+    # the size the log has now, and the collector resubmits from it (old size 3, no proof): the
+    # witness cosigns the same root again, with no publish to wake the collector.
     async with first.store.transaction() as conn:
         await conn.execute(sa.delete(witness_cosignatures))
     await stop(first)
@@ -286,15 +288,16 @@ async def test_a_witness_that_holds_the_current_size_leaves_the_collector_waitin
     again.checkpoints.latest = counted  # type: ignore[method-assign]
     await again.start()
     try:
-        async def resynced() -> bool:
-            return any(r.__dict__.get("action") == "witness_resync" for r in caplog.records)
-
-        await wait_for(resynced, "the resync")
+        await witnessed_at(again, 3, "witnessed at 3 again, without a publish")
+        assert await cosigned_by(again, witnesses[0]) == [3]
+        assert any(
+            r.__dict__.get("action") == "witness_resync" and "holds tree size 3" in r.getMessage() for r in caplog.records
+        )
         before = reads
         # Proving that something does not happen: a collector that went round again at once read
         # the checkpoint without end, and on SQLite (whose reads here never wait) never gave the
         # event loop back: the gateway froze (without the fix this test ends at pytest's timeout).
-        # A waiting collector reads it again on a publish or at its sweep.
+        # A waiting collector reads it again on a publish or an answer, or at its sweep.
         await asyncio.sleep(1.0)
         assert reads - before <= 2, reads - before
         async with client(again) as agent:

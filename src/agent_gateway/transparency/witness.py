@@ -26,6 +26,9 @@ MAX_PROOF_LINES = 63
 SIZE_MEDIA_TYPE = "text/x.tlog.size"
 # tlog-cosignature: a timestamp must not exceed 2^63 - 1.
 MAX_TIMESTAMP = 2**63 - 1
+# Tree sizes are 64-bit (tlog-checkpoint): a witness's size is read only below 2^64, 20 digits at most, so that a
+# hostile one cannot make us convert a number of thousands of digits (which int() refuses with a ValueError).
+MAX_SIZE = 2**64 - 1
 _ED25519_SIZE = 32
 _SIGNATURE_SIZE = 64
 _VKEY = re.compile(r"([^\s+]+)\+([0-9a-f]{8})\+([A-Za-z0-9+/]+={0,2})")
@@ -142,10 +145,10 @@ def add_checkpoint_body(old: int, proof: list[bytes], signed: bytes) -> bytes:
 
 
 def parse_size(body: bytes) -> int:
-    """The witness's size in a 409 answer (``text/x.tlog.size``: a decimal and a newline)."""
-    match = re.fullmatch(rb"(0|[1-9][0-9]*)\n", body)
-    if match is None:
-        raise note.NoteError("the witness's size is not a decimal number and a newline")
+    """The witness's size in a 409 answer (``text/x.tlog.size``: a decimal below 2^64 and a newline)."""
+    match = re.fullmatch(rb"(0|[1-9][0-9]{0,19})\n", body)
+    if match is None or int(match.group(1)) > MAX_SIZE:
+        raise note.NoteError("the witness's size is not a decimal number below 2^64 and a newline")
     return int(match.group(1))
 
 
