@@ -26,7 +26,14 @@ from agent_gateway.gateway import Gateway
 from agent_gateway.store import supervisor
 from agent_gateway.transparency import collector, note, service, witness
 from tests import servers
-from tests.transparency.test_collector import client, cosigned_by, trusted_by, wait_for, witnessed_at, witnessed_size
+from tests.transparency.test_collector import (
+    client,
+    cosigned_by,
+    trusted_by,
+    wait_for,
+    witnessed_at,
+    witnessed_size,
+)
 from tests.transparency.test_routes import publish
 from tests.transparency.test_witness import cosign, vkey
 
