@@ -3,9 +3,14 @@
 The agent program runs in its own user, PID, network, IPC and UTS
 namespaces, with no capabilities and ``no_new_privs`` (bubblewrap sets it).
 Its file system is built from nothing: the system's read-only directories
-(``/usr``, ``/bin``, ``/lib*``, ``/etc`` minus its secrets), the gateway's
+(``/usr``, ``/bin``, ``/lib*``, and ``/etc`` as any user sees it: every file
+or folder there that others may not read is covered over, found afresh for
+each program, since the agent runs as the gateway's user and, for a gateway
+run as root, would otherwise read root's private files), the gateway's
 Python environment read-only (``inside.py`` runs on it, and so does a Python
-agent), the agent program's own files read-only, the operator's
+agent), the agent program's own files read-only (never one reached through
+a folder the agent can write: its venv's ``pyvenv.cfg`` there would choose
+what the gateway binds), the operator's
 ``runtime.sandbox_ro``/``runtime.sandbox_rw`` paths, the Workspace read-write
 at its own path (the working directory), a private ``/tmp``, its own
 ``/proc`` and a minimal ``/dev``. The gateway's secrets (the signing key,
@@ -47,6 +52,7 @@ import logging
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -69,16 +75,21 @@ INSIDE_AGENT_PORT = 8701
 # The egress proxy's port on the sandbox's loopback (the next one when the Agent server has it).
 PROXY_PORT = 3128
 SYSTEM_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
-# What of /etc is secret to the gateway's user (read as root, the sandbox's uid is root's).
+ETC = "/etc"
+# What of /etc is covered over whatever its mode (besides all that others may not read).
 ETC_SECRETS = (
     "/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-", "/etc/sudoers", "/etc/sudoers.d",
     "/etc/ssh", "/etc/ssl/private", "/etc/security/opasswd",
 )
+# A venv's base interpreter (``home`` in its pyvenv.cfg) is never bound from these: the kernel's views.
+NOT_PYTHON = ("/proc", "/sys", "/dev")
 # What the agent keeps of the gateway's environment, besides LC_* and runtime.env_pass.
 KEPT_ENV = ("PATH", "LANG", "LANGUAGE", "TZ", "PYTHONPATH")
 # Removing the agent's cgroup waits for its last processes to exit: up to 100 x 0.05 s.
 GROUP_REMOVAL_TRIES = 100
 GROUP_REMOVAL_PAUSE_S = 0.05
+# Links followed in one path before giving up, as the kernel's limit.
+MAX_LINKS = 40
 # How long the start-up check may take: a guard, not a measure (bubblewrap starts in milliseconds).
 CHECK_TIMEOUT_S = 60
 _INSIDE_PY = Path(__file__).with_name("inside.py")
@@ -254,10 +265,19 @@ class Sandbox:
             if not any(path.is_relative_to(outer) for outer in bound):
                 args += ["--ro-bind", str(path), str(path)]
                 bound.append(path)
-        for secret in [*map(Path, ETC_SECRETS), *self.protected]:
+        # What others may not read of /etc, found afresh each time (milliseconds: a few thousand entries).
+        hidden = unreadable(Path(ETC)) if Path(ETC) in bound else []
+        covered: list[Path] = []
+        for secret in dict.fromkeys([*hidden, *map(Path, ETC_SECRETS), *self.protected]):
+            if any(secret.is_relative_to(folder) for folder in covered):
+                continue  # inside a folder already covered over
             if os.path.lexists(secret) and any(secret.is_relative_to(outer) for outer in bound):
-                # Covered over: an empty file, or an empty folder (bind the Workspace after, if inside).
-                args += ["--tmpfs", str(secret)] if secret.is_dir() else ["--ro-bind", "/dev/null", str(secret)]
+                # Covered over: an empty folder, or an empty file (bind the Workspace after, if inside).
+                if secret.is_dir():
+                    args += ["--tmpfs", str(secret)]
+                    covered.append(secret)
+                else:
+                    args += ["--ro-bind", "/dev/null", str(secret)]
         for path in self.read_only:
             args += ["--ro-bind", str(path), str(path)]
         for path in self.read_write:
@@ -274,22 +294,27 @@ class Sandbox:
     def _program_paths(self, argv: Sequence[str], env: Mapping[str, str], workdir: Path | None) -> list[Path]:
         """What the program needs read-only: the gateway's Python, the program, its venv, its script.
 
-        A path that would contain one of the gateway's secrets is left out.
+        A path that would contain one of the gateway's secrets is left out, and so is every path of
+        the program's reached through a folder the agent can write (the Workspace, ``sandbox_rw``):
+        it sees those anyway, and there a link it made would choose what is bound, as would the
+        ``home`` of a venv's pyvenv.cfg, which is then not read at all.
         """
         candidates = [Path(sys.base_prefix), Path(sys.prefix), Path(agent_gateway.__file__).parents[1]]
         candidates += [Path(entry) for entry in sys.path if entry and os.path.isdir(entry)]
+        writable = [*self.read_write, *([_real(workdir)] if workdir is not None else [])]
         program = shutil.which(argv[0], path=env.get("PATH")) if "/" not in argv[0] else argv[0]
         if program is not None:
             program_path = Path(workdir or ".", program) if not os.path.isabs(program) else Path(program)
             candidates.append(program_path)
             venv = program_path.parent.parent
-            if (venv / "pyvenv.cfg").is_file():
+            config = venv / "pyvenv.cfg"
+            if not passes_through(config, writable) and config.is_file():
                 candidates.append(venv)
-                candidates += _venv_home(venv / "pyvenv.cfg")
+                candidates += _venv_home(config)
         candidates += [Path(arg) for arg in argv[1:] if os.path.isabs(arg) and os.path.isfile(arg)]
         paths: list[Path] = []
         for candidate in candidates:
-            if not os.path.exists(candidate):
+            if not os.path.exists(candidate) or passes_through(candidate, writable):
                 continue
             path = Path(os.path.abspath(candidate))
             if self._exposes(path) or path in paths:
@@ -341,10 +366,61 @@ def _real(path: Path) -> Path:
 
 
 def _venv_home(config: Path) -> list[Path]:
-    """The base interpreter's installation of a virtual environment (``home`` in its pyvenv.cfg)."""
-    with contextlib.suppress(OSError):
+    """The base interpreter's installation of a virtual environment (``home`` in its pyvenv.cfg,
+    the folder of its ``python``), unless that is the root or one of the kernel's views."""
+    with contextlib.suppress(OSError, UnicodeDecodeError):
         for line in config.read_text(encoding="utf-8").splitlines():
             key, _, value = line.partition("=")
             if key.strip() == "home" and value.strip():
-                return [Path(value.strip()).parent]
+                installation = Path(value.strip()).parent
+                if not installation.is_absolute() or any(
+                    place == Path("/") or any(place.is_relative_to(view) for view in NOT_PYTHON)
+                    for place in (installation, _real(installation))
+                ):
+                    return []
+                return [installation]
     return []
+
+
+def passes_through(path: Path, folders: Sequence[Path]) -> bool:
+    """Whether resolving ``path`` (links followed one by one, as the kernel does) reaches one of
+    ``folders`` (real paths) on the way: below one, any link may be the agent's. The links followed
+    before are outside them, where the agent cannot change them."""
+    parts = list(Path(os.getcwd(), path).parts[1:])
+    here, links = Path("/"), 0
+    while True:
+        if any(here.is_relative_to(folder) for folder in folders):
+            return True
+        if not parts:
+            return False
+        part = parts.pop(0)
+        step = here.parent if part == ".." else here / part
+        if os.path.islink(step) and links < MAX_LINKS:
+            links += 1
+            target = os.readlink(step)
+            here = Path("/") if os.path.isabs(target) else here
+            parts = [*Path(target).parts[1 if os.path.isabs(target) else 0 :], *parts]
+        else:
+            here = step
+
+
+def unreadable(root: Path) -> list[Path]:
+    """Every file and folder below ``root`` that others may not read (a folder: list and enter), the
+    folders' contents not listed; links are not followed (what they point at is judged where it is)."""
+    found: list[Path] = []
+    folders = [root]
+    while folders:
+        with contextlib.suppress(OSError), os.scandir(folders.pop()) as entries:
+            for entry in entries:
+                with contextlib.suppress(OSError):
+                    mode = entry.stat(follow_symlinks=False).st_mode
+                    if stat.S_ISLNK(mode):
+                        continue
+                    if stat.S_ISDIR(mode):
+                        if mode & (stat.S_IROTH | stat.S_IXOTH) != stat.S_IROTH | stat.S_IXOTH:
+                            found.append(Path(entry.path))
+                        else:
+                            folders.append(Path(entry.path))
+                    elif not mode & stat.S_IROTH:
+                        found.append(Path(entry.path))
+    return sorted(found)

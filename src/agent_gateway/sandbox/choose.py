@@ -129,7 +129,9 @@ def _working(settings: Settings, agent_server: Address) -> Sandbox:
 
 
 def protected(settings: Settings) -> list[Path]:
-    """The gateway's secrets: its config file and folder, its signing key, its SQLite database files."""
+    """The gateway's secrets: its config file and folder, its signing key, its SQLite database files,
+    and every other secret file the configuration names (the channels' keys, the webhooks' secrets),
+    wherever each lies: a ``runtime.sandbox_ro``/``sandbox_rw`` path holding one is refused."""
     paths: list[Path] = []
     if settings.config_file is not None:
         paths += [settings.config_file, settings.config_file.parent]
@@ -139,4 +141,9 @@ def protected(settings: Settings) -> list[Path]:
     if settings.database_url.startswith("sqlite") and database and database != ":memory:":
         file = Path(database)
         paths += [file.with_name(file.name + suffix) for suffix in ("", "-wal", "-shm", "-journal", ".serve-lock")]
+    for secret in (settings.matrix_access_token_file, settings.nostr_key_file):
+        if secret is not None:
+            paths.append(secret)
+    # A webhook's secret_file, once the settings keep its path (config.WebhookEndpoint holds the secret only).
+    paths += [Path(file) for endpoint in settings.webhooks if (file := getattr(endpoint, "secret_file", None))]
     return paths
