@@ -59,10 +59,16 @@ class CommandRuntime(processes.Program):
 
     async def _run(self, run: Run) -> None:
         processes.make_workdir(self.workdir)
-        process = await processes.spawn(
+        process, exec_error = await processes.spawn(
             self.command(run), env=self.environment(run), workdir=self.workdir, stdout=asyncio.subprocess.DEVNULL,
             sandbox=self.sandbox,
         )
+        try:
+            await self._wait(process, exec_error, run)
+        finally:
+            exec_error.close()
+
+    async def _wait(self, process: asyncio.subprocess.Process, exec_error: processes.ExecError, run: Run) -> None:
         assert process.stdin is not None and process.stderr is not None
         feeding = asyncio.create_task(_feed(process.stdin, run.prompt.encode()))
         tail = processes.Tail()
@@ -80,7 +86,7 @@ class CommandRuntime(processes.Program):
             for task in (feeding, reading):
                 task.cancel()
         if status != 0:
-            raise processes.exit_failure(status, tail, confined=self.sandbox is not None)
+            raise processes.exit_failure(status, tail, confined=self.sandbox is not None, exec_error=exec_error.text())
 
 
 async def _feed(stdin: asyncio.StreamWriter, prompt: bytes) -> None:

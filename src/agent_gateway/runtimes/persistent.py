@@ -10,8 +10,11 @@ with backoff, after it exits. The protocol is JSON lines, one object per line:
 Anything else on stdout (a line that is not such an object, another Run's id)
 breaks the protocol: the Run fails saying so and the program is stopped, since
 what it writes next can no longer be matched to a Run; the next Run starts a
-fresh one. A program that dies mid-Run fails that Run with its exit status and
-the tail of its stderr; the Run is never handed out again. Stopping (shutdown,
+fresh one. The agent's lines may quote a User's Message: the Run's error names
+what was wrong with one and its length, never its text, and the log says of a
+``failed`` answer only that it came and how long its error is. A program that
+dies mid-Run fails that Run with its exit status and the tail of its stderr
+(never logged); the Run is never handed out again. Stopping (shutdown,
 leadership lost) and cancelling a Run stop the program as the command runtime
 does (``process.py``). No timeout is imposed on a Run.
 """
@@ -41,8 +44,6 @@ EXIT_POLL_S = 0.05
 # Restarts after a program that ended without answering a Run wait 0.1 s, 0.2 s, ... up to this.
 BACKOFF_MAX_S = 10.0
 BACKOFF_FIRST_S = 0.1
-# How much of an offending line a protocol error quotes.
-QUOTED_CHARS = 200
 
 logger = logging.getLogger(__name__)
 
@@ -108,7 +109,9 @@ class PersistentRuntime(processes.Program):
             raise
         self._failures = 0
         if error is not None:
-            raise RunFailed(error)
+            # The error stays the Run's (GET /runs/{id}); the log, which promises no Message text, gets its length.
+            logged = f"the agent program answered failed, with an error of {len(error)} characters"
+            raise RunFailed(error, logged=logged)
 
     async def _started(self) -> _Agent:
         """The running program, started (after the backoff it has earned) when there is none."""
@@ -127,7 +130,7 @@ class PersistentRuntime(processes.Program):
         self._last_start = loop.time()
         processes.make_workdir(self.workdir)
         try:
-            process = await processes.spawn(
+            process, exec_error = await processes.spawn(
                 self.argv,
                 env=processes.environment(self.agent_server_url),
                 workdir=self.workdir,
@@ -138,7 +141,7 @@ class PersistentRuntime(processes.Program):
         except RunFailed:
             self._failures += 1
             raise
-        self._agent = _Agent(process, self.argv[0], confined=self.sandbox is not None)
+        self._agent = _Agent(process, exec_error, self.argv[0], confined=self.sandbox is not None)
         logger.info("agent program started (pid %s)", process.pid, extra={"action": "agent_started"})
         return self._agent
 
@@ -148,22 +151,24 @@ class _Ended(Exception):
 
 
 class _ProtocolBroken(Exception):
-    """The program wrote something the protocol does not allow; ``what`` names it without quoting it."""
+    """The program wrote something the protocol does not allow; ``what`` names it, and the message adds the
+    line's length, without quoting it (the agent chose the line, and the Run's error is logged)."""
 
-    def __init__(self, what: str, line: bytes) -> None:
-        quoted = line.decode("utf-8", errors="replace").rstrip("\n")
-        if len(quoted) > QUOTED_CHARS:
-            quoted = quoted[:QUOTED_CHARS] + "[...]"
-        super().__init__(f"{what}: {quoted!r}" if line else what)
+    def __init__(self, what: str, line: bytes | None = None) -> None:
+        length = None if line is None else len(line.removesuffix(b"\n"))
+        super().__init__(what if length is None else f"{what} ({length} bytes)")
         self.what = what
 
 
 class _Agent:
     """One started program: its pipes, its stderr tail, and a watcher that reports an exit between Runs."""
 
-    def __init__(self, process: asyncio.subprocess.Process, program: str, *, confined: bool) -> None:
+    def __init__(
+        self, process: asyncio.subprocess.Process, exec_error: processes.ExecError, program: str, *, confined: bool
+    ) -> None:
         assert process.stdin is not None and process.stdout is not None and process.stderr is not None
         self.process = process
+        self.exec_error = exec_error
         self.program = program
         self.confined = confined
         self.stderr = processes.Tail()
@@ -230,7 +235,7 @@ class _Agent:
                     break
             return reading.result() if reading.done() else b""
         except ValueError:  # longer than the StreamReader's limit
-            raise _ProtocolBroken(f"a line longer than {MAX_LINE_BYTES} bytes", b"") from None
+            raise _ProtocolBroken(f"a line longer than {MAX_LINE_BYTES} bytes") from None
         finally:
             reading.cancel()
 
@@ -243,7 +248,7 @@ class _Agent:
             async with asyncio.timeout(STDERR_DRAIN_S):
                 await asyncio.shield(self._reading)
         self._reading.cancel()
-        return processes.exit_failure(status, self.stderr, confined=self.confined)
+        return processes.exit_failure(status, self.stderr, confined=self.confined, exec_error=self.exec_error.text())
 
     async def stop(self) -> None:
         self.stopping = True
@@ -252,13 +257,17 @@ class _Agent:
         finally:
             self._reading.cancel()
             self._watching.cancel()
+            self.exec_error.close()
 
     async def _watch(self) -> None:
         status = await self.process.wait()
         if not self.stopping and not self.in_run:
             logger.warning(
                 "the agent program (pid %s) exited between Runs: %s; it starts again for the next Run",
-                self.process.pid, processes.first_line(processes.exit_failure(status, processes.Tail(), confined=self.confined)),
+                self.process.pid,
+                processes.first_line(processes.exit_failure(
+                    status, processes.Tail(), confined=self.confined, exec_error=self.exec_error.text()
+                )),
                 extra={"action": "agent_exited"},
             )
 
@@ -269,8 +278,10 @@ def _answer(line: bytes, run_id: str) -> str | None:
         answer = orjson.loads(line)
     except orjson.JSONDecodeError:
         raise _ProtocolBroken("a line that is not JSON", line) from None
-    if not isinstance(answer, dict) or answer.get("type") not in ("done", "failed"):
-        raise _ProtocolBroken('not a {"type": "done" | "failed", ...} object', line)
+    if not isinstance(answer, dict):
+        raise _ProtocolBroken("a JSON line that is not an object", line)
+    if answer.get("type") not in ("done", "failed"):
+        raise _ProtocolBroken('an object whose "type" is neither "done" nor "failed"', line)
     if answer.get("run") != run_id:
         raise _ProtocolBroken(f"an answer for another Run than {run_id}", line)
     if answer["type"] == "done":

@@ -6,7 +6,11 @@ without the gateway's own ``AGENT_GATEWAY_*`` settings (database URL and the
 like). It is SIGKILLed when the gateway process dies, however it dies, since a
 standby then takes the Signal Worker over and starts the next Run at once.
 Stopping it is SIGTERM to its group, then SIGKILL after a grace period. Its
-stderr is kept as a bounded tail for a failed Run's ``error``.
+stderr is kept as a bounded tail for a failed Run's ``error``, never logged.
+
+A confined program that cannot be exec'ed is told from one that exits 127
+with the same words on its stderr by the exec-error pipe (``inside.py``):
+only what arrives on it makes a Run's error "could not be started".
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ from agent_gateway.sandbox import inside
 from agent_gateway.sandbox.bubblewrap import Sandbox
 
 STDERR_TAIL_BYTES = 4096
+# The most of the exec-error pipe read (inside.py writes at most EXEC_ERROR_BYTES).
+EXEC_ERROR_BYTES = 4096
 # On shutdown: SIGTERM to the program's process group, then SIGKILL after this long.
 TERMINATE_GRACE_S = 5.0
 _ENV_PREFIX = "AGENT_GATEWAY_"
@@ -66,6 +72,39 @@ def make_workdir(workdir: Path | None) -> None:
         raise RunFailed(f"the Workspace {workdir} could not be created: {exc}") from None
 
 
+class ExecError:
+    """The gateway's end of a confined program's exec-error pipe (``inside.py``): why exec failed, if it did.
+
+    Read once the program has exited, since ``inside.py`` writes before it
+    exits; bubblewrap's outermost process holds a write end until then too, so
+    the pipe's end says nothing earlier. Unconfined, there is no pipe (exec
+    failing is then spawn's own ``OSError``).
+    """
+
+    def __init__(self, fd: int | None = None) -> None:
+        self._fd = fd
+        self._text: str | None = None
+
+    def text(self) -> str | None:
+        """What ``inside.py`` wrote, or None: the first call reads it and closes the pipe."""
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            try:
+                os.set_blocking(fd, False)
+                data = os.read(fd, EXEC_ERROR_BYTES)
+            except OSError:  # BlockingIOError: nothing written
+                data = b""
+            finally:
+                os.close(fd)
+            self._text = data.decode("utf-8", errors="replace") or None
+        return self._text
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
 async def spawn(
     argv: Sequence[str],
     *,
@@ -74,15 +113,17 @@ async def spawn(
     stdout: int,
     limit: int = 2**16,
     sandbox: Sandbox | None = None,
-) -> asyncio.subprocess.Process:
+) -> tuple[asyncio.subprocess.Process, ExecError]:
     """Start the program with piped stdin and stderr, confined by ``sandbox`` when one is given;
-    a program that cannot start fails the Run.
+    a program that cannot start fails the Run. The caller reads (or closes) the :class:`ExecError`.
 
     Cancelled while the program is starting, it lets the program start and then
     stops its whole group: asyncio alone would kill only its first process and
     then wait for every pipe its children hold.
     """
     cwd: Path | None = workdir
+    passed: tuple[int, ...] = ()
+    exec_error = ExecError()
     if sandbox is not None:
         try:
             await sandbox.prepare()
@@ -91,6 +132,25 @@ async def spawn(
         env = sandbox.environment(env, workdir)
         argv = sandbox.wrap(argv, env, workdir)
         cwd = None  # bubblewrap's --chdir sets it inside
+        # Not inheritable (PEP 446): only this program's bubblewrap gets the write end, through pass_fds.
+        reading, writing = os.pipe()
+        exec_error = ExecError(reading)
+        env = {**env, inside.EXEC_ERROR_ENV: str(writing)}
+        passed = (*sandbox.inherited(), writing)
+    try:
+        return await _started(argv, env, cwd, stdout, limit, sandbox, passed), exec_error
+    except BaseException:
+        exec_error.close()
+        raise
+    finally:
+        if passed:
+            os.close(passed[-1])
+
+
+async def _started(
+    argv: Sequence[str], env: Mapping[str, str], cwd: Path | None, stdout: int, limit: int, sandbox: Sandbox | None,
+    passed: tuple[int, ...],
+) -> asyncio.subprocess.Process:
     spawning = asyncio.ensure_future(
         asyncio.create_subprocess_exec(
             *argv,
@@ -103,7 +163,7 @@ async def spawn(
             # and stopping it reaches whatever it started.
             start_new_session=True,
             preexec_fn=_die_with(os.getpid(), sandbox),
-            pass_fds=sandbox.inherited() if sandbox is not None else (),
+            pass_fds=passed,
             limit=limit,
         )
     )
@@ -146,14 +206,15 @@ class Tail:
         return f"[...]{text}" if self.truncated and text else text
 
 
-def exit_failure(status: int, stderr: Tail, *, confined: bool = False) -> RunFailed:
+def exit_failure(status: int, stderr: Tail, *, confined: bool = False, exec_error: str | None = None) -> RunFailed:
     """The failure of a Run whose program ended with ``status``: the reason and the stderr tail.
 
     bubblewrap reports a program killed by signal N as its own exit status 128 + N,
-    and ``inside.py`` a program it could not exec as status 127 and one line.
+    and ``inside.py`` a program it could not exec on the exec-error pipe (``exec_error``);
+    a status 127 without it is the program's own, whatever its stderr says.
     """
-    if confined and status == inside.START_FAILED_STATUS and stderr.text().startswith(inside.START_FAILED_PREFIX):
-        return RunFailed("the agent program could not be started: " + stderr.text().removeprefix(inside.START_FAILED_PREFIX))
+    if exec_error is not None:
+        return RunFailed(f"the agent program could not be started: {exec_error}")
     if confined and BWRAP_SIGNALLED < status <= BWRAP_SIGNALLED + MAX_SIGNAL:
         status = BWRAP_SIGNALLED - status
     if status < 0:
@@ -164,13 +225,14 @@ def exit_failure(status: int, stderr: Tail, *, confined: bool = False) -> RunFai
 
 
 def with_stderr(reason: str, stderr: Tail) -> RunFailed:
+    """``reason`` and the stderr tail, for the Run's error; the log gets ``reason`` alone (the tail is the agent's)."""
     text = stderr.text()
-    return RunFailed(f"{reason}; stderr ends with:\n{text}" if text else f"{reason}; stderr was empty")
+    return RunFailed(f"{reason}; stderr ends with:\n{text}" if text else f"{reason}; stderr was empty", logged=reason)
 
 
 def first_line(failed: RunFailed) -> str:
-    """What the operator's log says of a failure: only the first line, since the stderr tail is the agent's own text."""
-    return failed.message.split("\n", 1)[0].removesuffix("; stderr ends with:")
+    """What the operator's log says of a failure (``RunFailed.logged``): never the agent's own text."""
+    return failed.logged
 
 
 @contextlib.contextmanager

@@ -16,9 +16,19 @@ gateway's own interpreter (standard library only, no ``site``: it starts in
    the lifeline (``bubblewrap.py``): when the gateway's end of it closes, the
    gateway is gone (or closed the sandbox), and it kills everything in the
    sandbox's PID namespace; the agent itself holds no end of it.
-2. It sets the limits (``RLIMIT_NPROC``, ``RLIMIT_DATA``), unblocks the
-   signals the gateway blocked for bubblewrap's own processes, and execs the
-   agent program.
+2. It sets the limits (``RLIMIT_NPROC``, ``RLIMIT_DATA``, and
+   ``RLIMIT_NOFILE`` at :data:`MAX_FILES`, below the gateway's own raised
+   one), unblocks the signals the gateway blocked for bubblewrap's own
+   processes, and execs the agent program.
+
+Why exec failed reaches the gateway on the *exec-error pipe*, whose write end
+``runtimes/process.py`` passes as the descriptor named by
+``$AGENT_GATEWAY_EXEC_ERROR_FD`` (removed from the environment here): it is
+closed on exec and in the forwarder, so only this program, and only when exec
+fails, can write to it; the agent program never holds it. What the agent
+writes on stderr, ``START_FAILED_PREFIX`` included, is only ever its own
+output. The same line goes to stderr too, for the start-up check
+(``Sandbox.check``) and for whoever reads it.
 """
 
 import json
@@ -28,25 +38,41 @@ import signal
 import socket
 import sys
 import threading
+import time
 
-# What the gateway reads as "the agent program could not be started" (runtimes/process.py).
+# How a failed exec ends: this status, and this line on stderr for the start-up check and whoever reads it.
+# The gateway believes the exec-error pipe alone (an agent program can exit 127 with the same line).
 START_FAILED_STATUS = 127
 START_FAILED_PREFIX = "agent-gateway: the agent program could not be started: "
+# The most of an exec error written to the pipe: one write below PIPE_BUF, so it arrives whole.
+EXEC_ERROR_BYTES = 4000
+# Where the gateway says which descriptor is the exec-error pipe's write end (see above).
+EXEC_ERROR_ENV = "AGENT_GATEWAY_EXEC_ERROR_FD"
+# The agent's descriptors: the gateway raises its own limit to the hard one (connections.py), which the
+# agent would inherit; a program needs far fewer, and what it opens towards the gateway is capped there.
+MAX_FILES = 1024
 BUFFER_BYTES = 65536
 BACKLOG = 128
+# After accept() fails (the forwarder out of descriptors, say), how long before it accepts again.
+ACCEPT_RETRY_S = 0.1
 
 
 def main() -> None:
     setup, argv = json.loads(sys.argv[1]), sys.argv[2:]
     lifeline = setup.get("lifeline")
+    exec_error = _exec_error_pipe()
     listeners = [(_listen(int(port)), path) for port, path in setup["forward"].items()]
     if listeners or lifeline is not None:
-        _fork_forwarder(listeners, lifeline)
+        _fork_forwarder(listeners, lifeline, exec_error)
     for listener, _ in listeners:
         listener.close()
     if lifeline is not None:
         os.close(lifeline)
-    for limit, value in ((resource.RLIMIT_NPROC, setup["nproc"]), (resource.RLIMIT_DATA, setup["data"])):
+    _, hard_files = resource.getrlimit(resource.RLIMIT_NOFILE)
+    files = MAX_FILES if hard_files == resource.RLIM_INFINITY else min(MAX_FILES, hard_files)
+    for limit, value in (
+        (resource.RLIMIT_NPROC, setup["nproc"]), (resource.RLIMIT_DATA, setup["data"]), (resource.RLIMIT_NOFILE, files)
+    ):
         resource.setrlimit(limit, (value, value))
     # The gateway blocked SIGTERM and SIGINT for bubblewrap's processes, so that its SIGTERM to
     # the group reaches the agent (and gives it the grace period) without killing bubblewrap first.
@@ -54,8 +80,23 @@ def main() -> None:
     try:
         os.execvp(argv[0], argv)
     except OSError as exc:
+        if exec_error is not None:
+            try:
+                os.write(exec_error, str(exc).encode("utf-8", errors="replace")[:EXEC_ERROR_BYTES])
+            except OSError:
+                pass
         print(f"{START_FAILED_PREFIX}{exc}", file=sys.stderr, flush=True)
         os._exit(START_FAILED_STATUS)
+
+
+def _exec_error_pipe():
+    """The exec-error pipe's write end, closed on exec; None when the gateway gave none (the start-up check)."""
+    value = os.environ.pop(EXEC_ERROR_ENV, None)
+    if value is None:
+        return None
+    fd = int(value)
+    os.set_inheritable(fd, False)
+    return fd
 
 
 def _listen(port: int) -> socket.socket:
@@ -66,14 +107,17 @@ def _listen(port: int) -> socket.socket:
     return listener
 
 
-def _fork_forwarder(listeners: list, lifeline) -> None:
+def _fork_forwarder(listeners: list, lifeline, exec_error) -> None:
     child = os.fork()
     if child:
         os.waitpid(child, 0)
         return
     if os.fork():
         os._exit(0)
-    # The forwarder: holds none of the agent's pipes, so their ends are the agent's alone.
+    # The forwarder: holds none of the agent's pipes, so their ends are the agent's alone, and not the
+    # exec-error pipe, which the agent could otherwise reach through it.
+    if exec_error is not None:
+        os.close(exec_error)
     null = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(null, fd)
@@ -94,9 +138,18 @@ def _fork_forwarder(listeners: list, lifeline) -> None:
 
 
 def _accept(listener: socket.socket, path: str) -> None:
+    # Out of descriptors or threads is the agent's own flood: waiting it out keeps the port served.
     while True:
-        client, _ = listener.accept()
-        threading.Thread(target=_connect, args=(client, path), daemon=True).start()
+        try:
+            client, _ = listener.accept()
+        except OSError:
+            time.sleep(ACCEPT_RETRY_S)
+            continue
+        try:
+            threading.Thread(target=_connect, args=(client, path), daemon=True).start()
+        except RuntimeError:
+            client.close()
+            time.sleep(ACCEPT_RETRY_S)
 
 
 def _connect(client: socket.socket, path: str) -> None:

@@ -7,7 +7,11 @@ listed name that resolves to a loopback, link-local, private or otherwise
 non-public address unless that address and port are listed themselves (so a
 listed name cannot be pointed at the gateway's own listeners or the database).
 It connects to the address it checked, never resolving twice. A refusal is
-logged with the host only and counted in ``agent_gateway_sandbox_egress_refused``.
+counted in ``agent_gateway_sandbox_egress_refused`` and logged with the host
+only, cut to a DNS name's length with anything unusual escaped (the agent
+chooses it, up to the 64 KiB of a request head), and at most once a minute per
+host (``relay.Throttle``). Like the relay, it tunnels at most
+:data:`MAX_CONNECTIONS` at once and answers ``503`` past it.
 
 Why not a library: the maintained Python proxies (proxy.py, mitmproxy) are
 whole servers with their own process and thread models and plugin systems;
@@ -29,29 +33,44 @@ from agent_gateway import errors
 from agent_gateway.addresses import is_public
 from agent_gateway.config import Address
 from agent_gateway.ops import metrics
-from agent_gateway.sandbox.relay import splice
+from agent_gateway.sandbox.relay import Throttle, close_all, not_logged, splice
 
 # A request head (request line and headers) longer than this is refused.
 MAX_HEAD_BYTES = 64 * 1024
 # How long the proxy waits for a request head, and for the upstream to accept.
 HEAD_TIMEOUT_S = 30.0
 CONNECT_TIMEOUT_S = 30.0
+# Connections through the proxy at once: an agent's model calls and fetches are a handful in flight;
+# each costs the gateway two descriptors (see relay.MAX_CONNECTIONS).
+MAX_CONNECTIONS = 32
+# The most of a host name a refusal shows: a DNS name's longest.
+MAX_HOST_CHARS = 253
+_HOST_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-_:%[]")
 _HOP_BY_HOP = (b"proxy-connection", b"proxy-authorization", b"connection", b"keep-alive")
 
 logger = logging.getLogger(__name__)
 
 
 class EgressRefused(errors.GatewayError):
-    """The agent's request may not go out; the message says why (and names the host only)."""
+    """The agent's request may not go out; the message says why (and names the host only, as :func:`shown`)."""
+
+    def __init__(self, message: str, host: str | None = None) -> None:
+        super().__init__(message)
+        self.host = host  # the host named, as shown: what refusals are throttled by
 
 
 class EgressProxy:
     """The proxy on the Unix socket ``path`` (bound into the sandbox), for the ``allowed`` addresses."""
 
-    def __init__(self, path: str, allowed: Iterable[Address]) -> None:
+    def __init__(self, path: str, allowed: Iterable[Address], max_connections: int = MAX_CONNECTIONS) -> None:
         self.path = path
         self.allowed = {(address.host.lower(), address.port) for address in allowed}
+        self.max_connections = max_connections
         self._server: asyncio.Server | None = None
+        # The task of each open connection, and its ends (the agent's, and the upstream's once connected):
+        # closing them ends it (see relay.Relay).
+        self._open: dict[asyncio.Task[None], list[asyncio.StreamWriter]] = {}
+        self._throttle = Throttle()
 
     async def start(self) -> None:
         self._server = await asyncio.start_unix_server(self._serve, path=self.path, limit=MAX_HEAD_BYTES)
@@ -60,8 +79,35 @@ class EgressProxy:
         if self._server is not None:
             self._server.close()
             self._server = None
+        await close_all(self._open)
+
+    def connections(self) -> int:
+        """How many agent connections are open through the proxy now."""
+        return len(self._open)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if len(self._open) >= self.max_connections:
+            if (quiet := self._throttle.admit("cap")) is not None:
+                logger.warning(
+                    "the agent has %d connections through the egress proxy open, the most allowed: refusing more%s",
+                    self.max_connections, not_logged(quiet), extra={"action": "sandbox_proxy_refused"},
+                )
+            # Refused unread (a Unix socket: the agent still reads the answer).
+            reason = f"the agent may have {self.max_connections} connections open"
+            await _answer(writer, b"503 Service Unavailable", reason)
+            return
+        task = asyncio.current_task()
+        assert task is not None
+        ends = self._open[task] = [writer]
+        try:
+            await self._proxy(reader, writer, ends)
+        finally:
+            del self._open[task]
+            writer.close()
+
+    async def _proxy(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, ends: list[asyncio.StreamWriter]
+    ) -> None:
         try:
             async with asyncio.timeout(HEAD_TIMEOUT_S):
                 head = await reader.readuntil(b"\r\n\r\n")
@@ -69,13 +115,15 @@ class EgressProxy:
             host, port = _destination(method, target)
             upstream = await self._connect(host, port)
         except EgressRefused as refused:
-            logger.warning("egress refused: %s", refused, extra={"action": "egress_refused"})
+            if (quiet := self._throttle.admit(refused.host)) is not None:
+                logger.warning("egress refused: %s%s", refused, not_logged(quiet), extra={"action": "egress_refused"})
             metrics.egress_refused.inc()
             await _answer(writer, b"403 Forbidden", str(refused))
             return
         except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, ValueError, OSError):
             await _answer(writer, b"400 Bad Request", "not an HTTP proxy request")
             return
+        ends.append(upstream[1])
         if method == b"CONNECT":
             writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
         else:
@@ -84,22 +132,32 @@ class EgressProxy:
 
     async def _connect(self, host: str, port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         """A connection to ``host:port`` if it is allowed, to an address that was checked."""
+        named = shown(host)
         if (host.lower(), port) not in self.allowed:
-            raise EgressRefused(f"{host}:{port} is not in runtime.allow_hosts")
+            raise EgressRefused(f"{named}:{port} is not in runtime.allow_hosts", named)
         loop = asyncio.get_running_loop()
         try:
             infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
         except OSError:
-            raise EgressRefused(f"{host} does not resolve") from None
+            raise EgressRefused(f"{named} does not resolve", named) from None
         addresses = [info[4][0] for info in infos]
         for address in addresses:
             if not is_public(address) and (address.lower(), port) not in self.allowed:
-                raise EgressRefused(f"{host} resolves to the non-public address {address}, which is not listed itself")
+                raise EgressRefused(
+                    f"{named} resolves to the non-public address {address}, which is not listed itself", named
+                )
         try:
             async with asyncio.timeout(CONNECT_TIMEOUT_S):
                 return await asyncio.open_connection(addresses[0], port)
         except (OSError, TimeoutError):
-            raise EgressRefused(f"{host}:{port} does not answer") from None
+            raise EgressRefused(f"{named}:{port} does not answer", named) from None
+
+
+def shown(host: str) -> str:
+    """``host`` as a log line may hold it: what a host name is made of, anything else escaped (``\\x..``),
+    cut at :data:`MAX_HOST_CHARS` (``[...]`` then)."""
+    escaped = "".join(c if c in _HOST_CHARS else f"\\x{ord(c):02x}" for c in host[: MAX_HOST_CHARS + 1])
+    return escaped if len(escaped) <= MAX_HOST_CHARS else escaped[:MAX_HOST_CHARS] + "[...]"
 
 
 def _parse(head: bytes) -> tuple[bytes, bytes, bytes, list[bytes]]:
