@@ -422,7 +422,7 @@ def _webhook_table(where: str, table: dict[str, Any]) -> _WebhookTable:
     url = table.get("url")
     host = _http_host(url)
     if host is None:
-        raise ValueError(f"{where}.url: must be an http:// or https:// URL with a host and no credentials (got {url!r})")
+        raise ValueError(f"{where}.url: must be an http:// or https:// URL with a valid host and no credentials (got {url!r})")
     allow_private = table.get("allow_private", False)
     if not isinstance(allow_private, bool):
         raise ValueError(f"{where}.allow_private: must be true or false")
@@ -457,6 +457,16 @@ def _http_host(url: Any) -> str | None:
     except ValueError:
         return None
     if parts.scheme not in ("http", "https") or not parts.hostname or parts.username is not None:
+        return None
+    # The URL must also be one httpx, which sends to it, can use: it refuses some that the standard
+    # library splits (a host that is no valid IDNA name, ü-.example.com), and would refuse them at
+    # every attempt. Imported here: reading a configuration without URLs needs none of httpx.
+    import httpx
+
+    try:
+        if not httpx.URL(url).host:
+            return None
+    except httpx.InvalidURL:
         return None
     return parts.hostname
 

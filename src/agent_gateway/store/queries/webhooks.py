@@ -1,6 +1,9 @@
 """Queries on the webhook outbox: one row per delivery of one event to one endpoint.
 
-Its states, claims, leases and outcomes are the shared outbox's (``store.outbox``).
+Its states, claims, leases and outcomes are the shared outbox's (``store.outbox``); claims
+and due times are of one endpoint's URL, as each endpoint is sent to on its own
+(``webhooks.deliverer``), and a claim's lease can be renewed for an attempt that
+starts late (:func:`renew`).
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from agent_gateway.store import engine, outbox
+from agent_gateway.store import direct, engine, outbox
 from agent_gateway.store.queries import retention
 from agent_gateway.store.outbox import DEAD, DELIVERED, FAILED, OPEN, PENDING, STATES  # noqa: F401 (this area's names)
 from agent_gateway.store.tables import webhook_deliveries as deliveries
@@ -71,14 +74,40 @@ async def insert(conn: AsyncConnection, rows: Sequence[tuple[Any, ...]], *, chan
 _OUTBOX = outbox.Outbox(deliveries, (
     deliveries.c.position, deliveries.c.id, deliveries.c.url, deliveries.c.event, deliveries.c.body,
     deliveries.c.decision_seq, deliveries.c.created_at, deliveries.c.attempts, deliveries.c.retry_from,
-))
+), partition=deliveries.c.url)
 
 
-async def claim_due(conn: AsyncConnection, *, now: str, lease: str, limit: int) -> list[Claimed]:
-    """Claim up to ``limit`` deliveries due at ``now``, oldest first, until ``lease``; each
-    claim counts as an attempt."""
-    rows = await _OUTBOX.claim_due(conn, now=now, lease=lease, limit=limit)
+async def claim_due(conn: AsyncConnection, *, url: str, now: str, lease: str, limit: int) -> list[Claimed]:
+    """Claim up to ``limit`` deliveries to ``url`` due at ``now``, oldest first, until ``lease``;
+    each claim counts as an attempt."""
+    rows = await _OUTBOX.claim_due(conn, now=now, lease=lease, limit=limit, partition=url)
     return sorted((Claimed(*row, lease=lease) for row in rows), key=lambda claimed: claimed.position)
+
+
+# A claim's lease moved on, only while the claim is still held: found through the state index as
+# record()'s outcome is (the row's state and its lease name it).
+_RENEW = direct.Query(
+    deliveries.update()
+    .where(
+        deliveries.c.id == sa.bindparam("row_id"),
+        _OUTBOX.is_open,
+        deliveries.c.attempts == sa.bindparam("held_attempts"),
+        deliveries.c.next_attempt_at == sa.bindparam("held_lease"),
+    )
+    .values(next_attempt_at=sa.bindparam("lease"))
+    .returning(deliveries.c.id)
+)
+
+
+async def renew(store: engine.Store, claimed: Claimed, *, lease: str) -> Claimed | None:
+    """``claimed`` held until ``lease`` instead, in a transaction of its own; None when its claim
+    was lost meanwhile (its lease ran out and another sender claimed it, or it was closed)."""
+    held = _held(claimed)
+    async with store.transaction() as conn:
+        renewed = await direct.run(
+            conn, _RENEW, lease=lease, row_id=held.id, held_attempts=held.attempts, held_lease=held.lease
+        )
+    return dataclasses.replace(claimed, lease=lease) if renewed else None
 
 
 async def record(
@@ -93,9 +122,16 @@ def _held(claimed: Claimed) -> outbox.Held:
     return outbox.Held(claimed.id, claimed.attempts, claimed.lease)
 
 
-async def next_due(conn: AsyncConnection) -> str | None:
-    """When the earliest open delivery is due (a lease's end for one being sent); None when none is open."""
-    return await _OUTBOX.next_due(conn)
+async def next_due(conn: AsyncConnection, *, url: str) -> str | None:
+    """When the earliest open delivery to ``url`` is due (a lease's end for one being sent); None
+    when none is open."""
+    return await _OUTBOX.next_due(conn, partition=url)
+
+
+async def open_urls(conn: AsyncConnection) -> list[str]:
+    """The URLs that open deliveries are to (found through the state index)."""
+    query = sa.select(deliveries.c.url).where(_OUTBOX.is_open).distinct().order_by(deliveries.c.url)
+    return list((await conn.execute(query)).scalars())
 
 
 _LISTED = (*outbox.Listed.columns(deliveries), deliveries.c.id, deliveries.c.url, deliveries.c.event)
