@@ -65,7 +65,7 @@ class TlsServer:
                 server.connections += 1
                 super().setup()
 
-            def do_POST(self) -> None:  # noqa: N802 - http.server's name
+            def do_POST(self) -> None:  # http.server's name
                 self.rfile.read(int(self.headers.get("content-length", "0")))
                 server.hosts.append(self.headers["host"])
                 self.send_response(204)
