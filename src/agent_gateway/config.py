@@ -122,6 +122,8 @@ class WebhookEndpoint:
     # Read from secret_file or secret_env at load; never printed, logged or sent.
     secret: str = dataclasses.field(repr=False)
     allow_private: bool = False
+    # Where the secret was read from (secret_file), so the sandbox never shows it to the agent.
+    secret_file: Path | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -490,7 +492,8 @@ def _webhook_endpoint(table: _WebhookTable, base: Path, environ: Mapping[str, st
     if not match or not _base64(match.group(1)):
         # Never echo the value: it is (or was meant to be) the secret.
         raise SettingsError(f'{source}: the secret must be "whsec_" followed by base64 (a Standard Webhooks secret)')
-    return WebhookEndpoint(table.url, table.events, secret, table.allow_private)
+    secret_path = None if table.secret_file is None else base / table.secret_file
+    return WebhookEndpoint(table.url, table.events, secret, table.allow_private, secret_path)
 
 
 def _base64(text: str) -> bytes:

@@ -270,3 +270,22 @@ def test_every_secret_file_the_configuration_names_is_protected(bwrap: str, tmp_
         )
     with pytest.raises(SandboxError, match="^runtime.sandbox = \"bubblewrap\": .*runtime.workdir .* would show"):
         choose.choose(dataclasses.replace(settings, runtime_workdir=keys), AGENT_SERVER)
+
+
+def test_a_webhooks_secret_file_is_protected_wherever_it_lies(bwrap: str, tmp_path: Path) -> None:
+    secrets = tmp_path / "secrets"
+    secrets.mkdir()
+    (secrets / "hook.secret").write_text("whsec_" + "QUFBQUFBQUFBQUFBQUFBQUFBQUFBQUFB" + "\n")
+    (tmp_path / "gateway.toml").write_text(
+        '[auth]\ntoken_ttl_ms = 60000\n\n[[webhooks]]\nurl = "https://hooks.example.org/in"\nevents = ["decision.published"]\n'
+        'secret_file = "secrets/hook.secret"\n'
+    )
+    settings = config.load(tmp_path / "gateway.toml", environ={})
+    [endpoint] = settings.webhooks
+    assert endpoint.secret_file == secrets / "hook.secret"
+    settings = dataclasses.replace(
+        settings, runtime_command=(sys.executable, "-c", "pass"), runtime_workdir=tmp_path / "workspace",
+        runtime_sandbox="bubblewrap", runtime_sandbox_ro=(secrets,),
+    )
+    with pytest.raises(SandboxError, match="runtime.sandbox.ro: .* would show the agent the gateway's .*hook.secret"):
+        choose.choose(settings, AGENT_SERVER)

@@ -144,6 +144,5 @@ def protected(settings: Settings) -> list[Path]:
     for secret in (settings.matrix_access_token_file, settings.nostr_key_file):
         if secret is not None:
             paths.append(secret)
-    # A webhook's secret_file, once the settings keep its path (config.WebhookEndpoint holds the secret only).
-    paths += [Path(file) for endpoint in settings.webhooks if (file := getattr(endpoint, "secret_file", None))]
+    paths += [endpoint.secret_file for endpoint in settings.webhooks if endpoint.secret_file is not None]
     return paths
