@@ -70,6 +70,26 @@ async def stores(database_url: str) -> AsyncIterator[tuple[Store, Store]]:
     await second.close()
 
 
+def pause_after_recording(
+    monkeypatch: pytest.MonkeyPatch, first_id: str, leases: dict[str, str]
+) -> tuple[asyncio.Event, asyncio.Event]:
+    """Deliverers record each attempt's lease in ``leases`` and stop right after recording
+    ``first_id``'s until the second event is set: (set once stopped, resumes)."""
+    paused, resume = asyncio.Event(), asyncio.Event()
+    record = queries.record
+
+    async def record_then_pause(store, claimed, error, backoff):  # type: ignore[no-untyped-def]
+        leases[claimed.id] = claimed.lease
+        recorded = await record(store, claimed, error, backoff)
+        if claimed.id == first_id and not paused.is_set():
+            paused.set()
+            await resume.wait()
+        return recorded
+
+    monkeypatch.setattr(queries, "record", record_then_pause)
+    return paused, resume
+
+
 async def test_a_delivery_whose_lease_ran_out_before_its_turn_is_not_sent_again(
     stores: tuple[Store, Store], receiver: Receiver, ahead: Ahead, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -79,17 +99,7 @@ async def test_a_delivery_whose_lease_ran_out_before_its_turn_is_not_sent_again(
     first_store, second_store = stores
     first_id, second_id = await write_pending(first_store, receiver.url, 2)
     # The first deliverer stops between its two attempts, right after recording the first.
-    paused, resume = asyncio.Event(), asyncio.Event()
-    record = queries.record
-
-    async def record_then_pause(store, claimed, error, backoff):  # type: ignore[no-untyped-def]
-        recorded = await record(store, claimed, error, backoff)
-        if claimed.id == first_id and not paused.is_set():
-            paused.set()
-            await resume.wait()
-        return recorded
-
-    monkeypatch.setattr(queries, "record", record_then_pause)
+    paused, resume = pause_after_recording(monkeypatch, first_id, {})
     first = Deliverer(first_store, [to(receiver)], policy())
     second = Deliverer(second_store, [to(receiver)], policy())
     first.start()
@@ -125,19 +135,8 @@ async def test_an_attempt_late_in_its_batch_renews_its_lease_first(
     """The same late turn with no other deliverer about: the lease is renewed before the attempt,
     so that no deliverer can take the delivery while it is being sent, and the attempt is made."""
     first_id, second_id = await write_pending(store, receiver.url, 2)
-    paused, resume = asyncio.Event(), asyncio.Event()
-    record = queries.record
     leases: dict[str, str] = {}
-
-    async def record_then_pause(store, claimed, error, backoff):  # type: ignore[no-untyped-def]
-        leases[claimed.id] = claimed.lease
-        recorded = await record(store, claimed, error, backoff)
-        if claimed.id == first_id and not paused.is_set():
-            paused.set()
-            await resume.wait()
-        return recorded
-
-    monkeypatch.setattr(queries, "record", record_then_pause)
+    paused, resume = pause_after_recording(monkeypatch, first_id, leases)
     sender = Deliverer(store, [to(receiver)], policy())
     sender.start()
     try:
