@@ -142,6 +142,8 @@ class Settings:
     database_busy_timeout_ms: int = 30_000
     public_listen: Address = Address("127.0.0.1", 8700)
     agent_listen: Address = Address("127.0.0.1", 8701)
+    # Names the Agent server is addressed by besides loopback, localhost and its listen host.
+    agent_allowed_hosts: tuple[str, ...] = ()
     signing_key_file: Path | None = None
     signing_key_pem: str | None = None
     signing_algorithm: str | None = None
@@ -152,6 +154,7 @@ class Settings:
     http_workers: int = 1
     max_header_bytes: int = 64 * 1024
     header_timeout_ms: int = 10_000
+    body_timeout_ms: int = 30_000
     idle_timeout_ms: int = 5_000
     public_max_connections: int = 10_000
     agent_max_connections: int = 1_000
@@ -266,6 +269,21 @@ def _address(value: Any) -> Address:
     if port > 65535:
         raise ValueError("port must be 0..65535")
     return Address(host, port)
+
+
+def _host_name(value: Any) -> str:
+    """A host name or IP address, without a port (``agent.allowed_hosts``)."""
+    host = _str(value).strip().lower()
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if ":" in host:
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            raise ValueError(f"must be a host name or address without a port (got {value!r})") from None
+    elif not re.fullmatch(r"[a-z0-9_.-]+", host):
+        raise ValueError(f"must be a host name or address without a port (got {value!r})")
+    return host
 
 
 def _database_url(value: Any) -> str:
@@ -637,6 +655,11 @@ _KEYS = (
     _Key(("agent", "listen"), "agent_listen", _address,
          default='`127.0.0.1:8701`',
          doc='Agent server address; a non-loopback address logs a warning (no authentication!)'),
+    _Key(("agent", "allowed_hosts"), "agent_allowed_hosts", _list(_host_name),
+         default='`[]`',
+         doc='names (or addresses) the Agent server may be addressed by in `Host` and `Origin`, besides a loopback '
+             'address, `localhost` and `agent.listen`\'s host: any other is refused, against DNS rebinding '
+             '(see [Agent server](/agents/agent-server.md#host-and-origin))'),
     _Key(("signing", "key_file"), "signing_key_file", _str, is_path=True,
          default='—',
          doc="PKCS#8 PEM private key: the agent's signing identity"),
@@ -680,6 +703,9 @@ _KEYS = (
     _Key(("http", "header_timeout_ms"), "header_timeout_ms", lambda v: _int(v, maximum=TIMER_CEILING_MS),
          default='`10000`',
          doc='a connection whose request headers are not complete this long after it opened or after its previous response is closed'),
+    _Key(("http", "body_timeout_ms"), "body_timeout_ms", lambda v: _int(v, maximum=TIMER_CEILING_MS),
+         default='`30000`',
+         doc="a request whose body is not complete this long after its headers is answered `408` and its connection closed"),
     _Key(("http", "idle_timeout_ms"), "idle_timeout_ms", lambda v: _int(v, maximum=TIMER_CEILING_MS),
          default='`5000`',
          doc='an idle keep-alive connection is closed after this long'),

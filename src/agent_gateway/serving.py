@@ -194,7 +194,9 @@ async def _serve(
     listeners: list[tuple[str, _Server, socket.socket]] = []
     if caps is not None:
         listeners.append(("public server", _Server(gateway.public_asgi, settings, caps.public), sockets["public"]))
-        listeners.append(("agent server", _Server(gateway.agent_asgi, settings, caps.agent), sockets["agent"]))
+        # The Agent server has no authentication: it answers only to its own names (DNS rebinding).
+        hosts = connections.Hosts.of(settings.agent_listen.host, settings.agent_allowed_hosts)
+        listeners.append(("agent server", _Server(gateway.agent_asgi, settings, caps.agent, hosts), sockets["agent"]))
     if ops_socket is not None and gateway.ops_app is not None:
         listeners.append(("ops listener", _Server(gateway.ops_app, settings, OPS_MAX_CONNECTIONS), ops_socket))
     try:
@@ -263,11 +265,15 @@ class _Server(uvicorn.Server):
     """A uvicorn server on a socket bound beforehand, leaving signals to ``_serve``, with the
     connection limits of ``http.connections`` (the protocol, and a sweep once a second)."""
 
-    def __init__(self, app: ASGIApp, settings: Settings, max_connections: int) -> None:
+    def __init__(
+        self, app: ASGIApp, settings: Settings, max_connections: int, hosts: connections.Hosts | None = None
+    ) -> None:
         limits = connections.Limits(
             max_connections=max_connections,
             header_timeout_s=settings.header_timeout_ms / 1000,
             max_header_bytes=settings.max_header_bytes,
+            body_timeout_s=settings.body_timeout_ms / 1000,
+            hosts=hosts,
         )
         super().__init__(
             uvicorn.Config(

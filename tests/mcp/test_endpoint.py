@@ -101,7 +101,7 @@ def test_the_agent_server_s_connection_limit_holds_at_mcp(tmp_path: Path, databa
         try:
             body = tools_call("list_users", {})
             request = (
-                b"POST /mcp HTTP/1.1\r\nHost: agent\r\nContent-Type: application/json\r\n"
+                b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                 b"Accept: application/json, text/event-stream\r\nConnection: close\r\n"
                 b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
             )
@@ -141,7 +141,7 @@ async def test_clients_that_go_away_mid_call_leave_the_server_healthy(served_gat
     for n in range(20):
         body = tools_call("publish_decision", {"statement": f"abandoned {n}"}, n)
         request = (
-            b"POST /mcp HTTP/1.1\r\nHost: agent\r\nContent-Type: application/json\r\n"
+            b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
             b"Accept: application/json, text/event-stream\r\n"
             b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
         )
@@ -150,7 +150,7 @@ async def test_clients_that_go_away_mid_call_leave_the_server_healthy(served_gat
             sock.shutdown(socket.SHUT_RDWR)
     # Half a request: the client goes away while the server reads the body.
     with open_connection(url) as sock:
-        sock.sendall(b"POST /mcp HTTP/1.1\r\nHost: agent\r\nContent-Type: application/json\r\nContent-Length: 500\r\n\r\n{")
+        sock.sendall(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 500\r\n\r\n{")
     # The SDK's client, giving up on a call at various points and leaving. What its own
     # teardown then raises (the connection it dropped, now and then) is the client's affair:
     # this test is about the server.

@@ -12,11 +12,19 @@ has no descriptor left and both servers reset every request. So each
 - closes a connection whose request headers are not complete within
   ``header_timeout_s`` of the connection opening or of the previous response
   (a sweep once a second, run by the server, finds them: no timer per request);
+- answers ``408`` and closes a connection whose request body is not complete
+  within ``body_timeout_s`` of its headers (the same sweep): a client sending
+  one byte every few seconds, or a ``Content-Length`` and nothing, holds no
+  connection for long, authenticated or not;
 - answers ``431`` to request headers over ``max_header_bytes`` (counted while
   they arrive, so a 10 MB header is never buffered), ``400`` to HTTP/1.1
   without exactly one ``Host`` (RFC 9112 §3.2), and a JSON body to what the
   parser refuses (``Content-Length`` with ``Transfer-Encoding``, ...), where
-  uvicorn answers ``text/plain``.
+  uvicorn answers ``text/plain``;
+- on a server given :class:`Hosts` (the Agent server), refuses a request whose
+  ``Host``, or ``Origin`` when it has one, names the server by a name it does not
+  have (``421``, ``403``): a web page in a browser on the agent's host cannot
+  reach it by DNS rebinding, nor post to it from another origin.
 
 :func:`budget` turns the settings and the process's descriptor limit into each
 server's cap; :func:`guard` makes an app's unhandled failure a JSON ``500``
@@ -27,7 +35,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import ipaddress
 import logging
+import re
 import resource
 from collections.abc import Callable, Iterable
 from http import HTTPStatus
@@ -57,6 +67,66 @@ class Limits:
     max_connections: int
     header_timeout_s: float
     max_header_bytes: int
+    # How long a request's body may take to arrive once its headers are complete.
+    body_timeout_s: float
+    # The names the server may be addressed by; None: any (see Hosts).
+    hosts: Hosts | None = None
+
+
+# A Host header's value (RFC 9110 §7.2): a name or an IPv4 literal, or an IPv6 literal in
+# brackets, and an optional port; the host in the first group or the second.
+_AUTHORITY = re.compile(r"\[([0-9A-Za-z:.%_-]+)\](?::[0-9]*)?|([^:\[\]@/\s]+)(?::[0-9]*)?")
+# An Origin header's value (RFC 6454 §7): scheme "://" authority, nothing else; "null" is not one.
+_ORIGIN = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://(.+)")
+
+
+@dataclasses.dataclass(frozen=True)
+class Hosts:
+    """The names a server answers to: a loopback address (127.0.0.0/8, ``::1``), ``localhost``,
+    and ``names`` (its listen host, the operator's ``agent.allowed_hosts``).
+
+    Without authentication, the Agent server trusts whoever can connect to it; a browser
+    on the same host can, and a web page can make it do so by DNS rebinding (its own name
+    resolving, after a while, to 127.0.0.1): the request then carries the page's name in
+    ``Host``. And a page may post to ``http://127.0.0.1:PORT`` from its own origin (a
+    "simple" request needs no preflight): the browser says so in ``Origin``. A program
+    calling the server (the agent, ``agent-gateway mcp``) sends the name it connected to
+    and no ``Origin``. Ports are not compared: the sandbox's relay reaches the server at
+    another port of the sandbox's own loopback.
+    """
+
+    names: frozenset[str]
+
+    @classmethod
+    def of(cls, listen_host: str, allowed: Iterable[str] = ()) -> Hosts:
+        return cls(frozenset(name.lower() for name in ("localhost", listen_host, *allowed)))
+
+    def accepts(self, host: str) -> bool:
+        host = host.lower()
+        if host in self.names:
+            return True
+        try:
+            return ipaddress.ip_address(host).is_loopback
+        except ValueError:
+            return False
+
+    def problem(self, headers: Iterable[tuple[bytes, bytes]]) -> tuple[int, str] | None:
+        """Why a request with these headers is refused, or None. A request without ``Host``
+        (HTTP/1.0) is no browser's."""
+        for name, value in headers:
+            if name == b"host":
+                match = _AUTHORITY.fullmatch(value.decode("latin-1"))
+                if match is None or not self.accepts(match.group(1) or match.group(2)):
+                    return 421, (
+                        "this server answers only requests addressed to a loopback address, localhost, "
+                        "its listen host or a name in agent.allowed_hosts (Host)"
+                    )
+            elif name == b"origin":
+                origin = _ORIGIN.fullmatch(value.decode("latin-1"))
+                match = _AUTHORITY.fullmatch(origin.group(1)) if origin is not None else None
+                if match is None or not self.accepts(match.group(1) or match.group(2)):
+                    return 403, "requests from a web page of another origin are refused (Origin)"
+        return None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -131,7 +201,10 @@ class Protocol(HttpToolsProtocol):
         # headers are complete and its body or response is under way.
         self.header_bytes: int | None = 0
         self.waiting_since = 0.0
+        # When the request's headers were complete, while its body is not; None otherwise.
+        self.body_since: float | None = None
         self.lost_callback: Callable[[], None] | None = None
+        self.lost = False
 
     @classmethod
     def factory(cls, limits: Limits) -> Any:
@@ -167,6 +240,7 @@ class Protocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self.header_bytes = None
+        self.body_since = self.loop.time()
         # A long response (a Message stream) aborts its connection when the reader stalls.
         self.scope[TRANSPORT] = self.transport
         self.scope[ON_LOST] = self.when_lost
@@ -184,10 +258,19 @@ class Protocol(HttpToolsProtocol):
         self.cycle.keep_alive = False
 
     def when_lost(self, callback: Callable[[], None]) -> None:
-        """Run ``callback`` once the connection goes (see ``ON_LOST``)."""
+        """Run ``callback`` once the connection goes (see ``ON_LOST``); at once if it has gone.
+
+        A response starts after its route's awaits (authentication, a read): a client may
+        leave before, and uvicorn then drops every write without a word, so a stream that
+        was not told would write keep-alives to nobody for as long as its Token lasts.
+        """
+        if self.lost:
+            callback()
+            return
         self.lost_callback = callback
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = True
         super().connection_lost(exc)
         callback, self.lost_callback = self.lost_callback, None
         if callback is not None:
@@ -196,24 +279,40 @@ class Protocol(HttpToolsProtocol):
     def on_message_complete(self) -> None:
         super().on_message_complete()
         self.header_bytes = 0
+        self.body_since = None
         self.waiting_since = self.loop.time()
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
+        now = self.loop.time()
         if self.header_bytes is not None:
             # The next request's headers are due from now: a long response (a stream)
             # did not use up their time.
-            self.waiting_since = self.loop.time()
+            self.waiting_since = now
+        elif self.body_since is not None:
+            # A body not read yet: a pipelined request's, whose reading waited for this
+            # response, or one the response did not need (a 401); it is due from now.
+            self.body_since = now
 
     def expire(self, now: float) -> None:
-        """Close the connection if its request headers are overdue (the server's sweep calls this)."""
-        busy = self.cycle is not None and not self.cycle.response_complete
-        if (
-            self.header_bytes is not None
-            and not busy
-            and now - self.waiting_since > self.limits.header_timeout_s
-            and not self.transport.is_closing()
+        """Close the connection if its request's headers or body are overdue (the server's sweep calls this)."""
+        if self.transport.is_closing():
+            return
+        if self.header_bytes is not None:
+            busy = self.cycle is not None and not self.cycle.response_complete
+            if not busy and now - self.waiting_since > self.limits.header_timeout_s:
+                self.transport.close()
+        elif (
+            self.body_since is not None
+            # A pipelined request's body is not read while the response before it is under way.
+            and not self.pipeline
+            and now - self.body_since > self.limits.body_timeout_s
         ):
+            if self.cycle is not None and not self.cycle.response_started:
+                # Unless a response is under way, the client is told why; what the app would
+                # answer later is dropped (the transport is closing).
+                message = f"the request body was not complete within {self.limits.body_timeout_s:g} s of its headers"
+                self.transport.write(error_bytes(408, message))
             self.transport.close()
 
     def _problem(self) -> tuple[int, str] | None:
@@ -224,6 +323,8 @@ class Protocol(HttpToolsProtocol):
             hosts = sum(1 for name, _ in self.headers if name == b"host")
             if hosts != 1:
                 return 400, "an HTTP/1.1 request needs exactly one Host header"
+        if self.limits.hosts is not None:
+            return self.limits.hosts.problem(self.headers)
         return None
 
     def _refuse_now(self, status: int, message: str) -> None:
@@ -274,8 +375,11 @@ class _OneWrite:
 
 def sweep(connections: Iterable[Any], now: float) -> None:
     for connection in list(connections):
-        # header_bytes None: a request under way (thousands of open Message streams) is not due.
-        if isinstance(connection, Protocol) and connection.header_bytes is not None:
+        # Neither headers nor a body awaited: a response under way (thousands of open Message
+        # streams) is not due.
+        if not isinstance(connection, Protocol):
+            continue
+        if connection.header_bytes is not None or connection.body_since is not None:
             connection.expire(now)
 
 

@@ -18,7 +18,8 @@ def manager(routes: ASGIApp, settings: Settings) -> StreamableHTTPSessionManager
         json_response=True,
         stateless=True,
         max_request_body_size=settings.max_body_bytes,
-        # The Agent server's trust: no authentication, loopback by default, no
-        # Host or Origin rule the spec's routes do not have either.
+        # Off here, not off: the Agent server's connections refuse a Host or Origin that
+        # is not one of its own names for every route, /mcp included (http.connections.Hosts,
+        # ports not compared, as the sandbox's relay needs), before the request reaches an app.
         security_settings=None,
     )

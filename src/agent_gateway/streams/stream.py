@@ -10,12 +10,16 @@ seqs commit in order and "after the last seq sent" misses nothing.
 
 It is pulled, not pushed: writers only wake it, so a slow reader holds no
 queue anywhere. What it has written and the reader has not taken waits in the
-connection's transport (whose high-water mark, 64 KiB, pauses the writes); a
-write that stays paused for ``streams.stall_ms`` disconnects the reader, who
-resumes with ``Last-Event-ID``. It reads only when woken: a listener that
-reconnects to PostgreSQL wakes every channel once (``store.notifications``), and
-on SQLite the Hub's poll covers the other processes, so no notification is lost
-for good, and 5,000 idle streams cost no reads.
+connection's transport, whose high-water mark (64 KiB) pauses the next write:
+so a page is written in pieces of at most ``PIECE_BYTES``, each once the
+transport has taken the one before, and the connection of a reader that takes
+nothing buffers at most about 128 KiB in this process (the kernel's socket
+buffers aside), not a whole page of up to 200 Messages. A write that stays
+paused for ``streams.stall_ms`` disconnects the reader, who resumes with
+``Last-Event-ID``. It reads only when woken: a listener that reconnects to
+PostgreSQL wakes every channel once (``store.notifications``), and on SQLite
+the Hub's poll covers the other processes, so no notification is lost for
+good, and 5,000 idle streams cost no reads.
 
 While it waits it holds no task and no timer of its own (thousands wait in
 one process): the connection wakes it when the reader goes
@@ -28,7 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from typing import Any
 
 from starlette.responses import Response
@@ -49,6 +53,8 @@ HEADERS = [
     (b"x-accel-buffering", b"no"),
 ]
 KEEP_ALIVE = b": keep-alive\n\n"
+# The most one write hands the transport: its high-water mark. Smaller events go together.
+PIECE_BYTES = 64 * 1024
 
 # Whether the stream may go on: re-authenticates its caller (False ends the stream).
 StillAllowed = Callable[[], Awaitable[bool]]
@@ -56,6 +62,27 @@ StillAllowed = Callable[[], Awaitable[bool]]
 
 def event(message: messages.Message) -> bytes:
     return b"id: %d\nevent: message\ndata: %s\n\n" % (message.seq, jsontext.dumps(message.to_json()))
+
+
+def pieces(page: Iterable[messages.Message]) -> Iterator[bytes]:
+    """The events of ``page`` in pieces of at most ``PIECE_BYTES``: small events together, a large
+    one cut (a reader takes an event however its bytes arrive). Each event is made as it is due."""
+    held: list[bytes] = []
+    size = 0
+    for message in page:
+        data = event(message)
+        if held and size + len(data) > PIECE_BYTES:
+            yield b"".join(held)
+            held, size = [], 0
+        if len(data) > PIECE_BYTES:
+            view = memoryview(data)
+            for start in range(0, len(data), PIECE_BYTES):
+                yield bytes(view[start : start + PIECE_BYTES])
+            continue
+        held.append(data)
+        size += len(data)
+    if held:
+        yield b"".join(held)
 
 
 class MessageStream(Response):
@@ -108,16 +135,20 @@ class MessageStream(Response):
         write = _Writer(scope, send, self.hub.settings.stream_stall_ms / 1000)
         loop = asyncio.get_running_loop()
         try:
-            # The connection tells the stream when it goes (no task waiting on receive()).
+            # The connection tells the stream when it goes (no task waiting on receive()), at
+            # once if it went while the route authenticated the caller: writes to it are dropped
+            # without a word, so nothing else would end the stream.
             scope[ON_LOST](self._lost)
             last = self.after
-            if last is None:
+            if last is None and not self.disconnected:
                 last = await _newest_seq(self.hub, self.user_id)
+            # A reader gone has nothing sent (the server drops it): the request is counted as a
+            # stream like any other, and ends below.
             await write.start()
             self.written_at = loop.time()
             self.check_at = self.written_at + self.hub.settings.stream_auth_check_ms / 1000
             self.hub.follow(self)
-            if await self._run(write, last) and not self.disconnected:
+            if await self._run(write, last or 0) and not self.disconnected:
                 await write.end()
         except Exception as exc:  # the database away, say: the client reconnects with Last-Event-ID
             logger.warning("a Message stream ended early (%s)", type(exc).__name__, extra={"action": "stream_failed"})
@@ -140,8 +171,11 @@ class MessageStream(Response):
             if read:
                 page = await messages.read(self.hub.store, self.user_id, Window(after=last, limit=MAX_LIMIT))
                 if page:
-                    if not await self._write(write, b"".join(event(message) for message in page)):
-                        return False
+                    for piece in pieces(page):
+                        if self.disconnected:
+                            return True
+                        if not await self._write(write, piece):
+                            return False
                     last = page[-1].seq
                     if len(page) == MAX_LIMIT:
                         continue  # more waiting: read on before sleeping
@@ -187,6 +221,10 @@ class _Writer:
             # asyncio.timeout, not wait_for: no task per write.
             async with asyncio.timeout(self.stall_s):
                 await self._send(message)
+            # The server's send waits only while the transport is paused, and the connection
+            # hands the transport its writes at the loop's next turn (http.connections._OneWrite):
+            # one turn, so that the next write finds the transport paused if this one filled it.
+            await asyncio.sleep(0)
             return True
         except TimeoutError:
             logger.info("a Message stream's reader fell behind; disconnected", extra={"action": "stream_stalled"})
