@@ -116,7 +116,10 @@ def test_a_sandbox_that_cannot_start_stops_serve_with_one_line(
         request.getfixturevalue("bwrap")
     deployment = tmp_path / "deployment"
     assert served.run_cli("init", str(deployment), config=deployment / "gateway.toml").returncode == 0
-    env = {**agent_env("hostile_agent.py", "per-run"), **settings}
+    # Listeners of its own: it stops before serving, but checks its addresses first, and another
+    # test may hold the default ports meanwhile.
+    listeners = {name: f"127.0.0.1:{served.free_port()}" for name in served.LISTENERS}
+    env = {**agent_env("hostile_agent.py", "per-run"), **listeners, **settings}
     if "AGENT_GATEWAY_RUNTIME_SANDBOX" not in settings:
         del env["AGENT_GATEWAY_RUNTIME_SANDBOX"]  # the default, "auto"
     result = served.run_cli("serve", config=deployment / "gateway.toml", env=env)
