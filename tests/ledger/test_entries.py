@@ -80,3 +80,16 @@ def test_a_runs_entry_is_the_librarys_encoding_of_it_whatever_its_strings_hold()
     lone = dict(fields, session="\udc00")
     with pytest.raises(rfc8785.CanonicalizationError):
         entries.run(**lone)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"a": [{"\ue000": 1, "\U0001f600": 2}]},  # names sorting otherwise, deep in a list
+        {"é": {"\U0001f600": [], "\ue000x": None}},
+        {"é": "✓", "b": [True, 0, False, 1]},  # non-ASCII names and values, booleans beside integers
+        [{"k": 1.0}, {"k": 2**53 - 1}],  # a float deep in: the library's number form
+    ],
+)
+def test_names_past_ascii_and_numbers_anywhere_encode_as_the_library_encodes_them(value: object) -> None:
+    assert entries.canonical(value) == rfc8785.dumps(value)

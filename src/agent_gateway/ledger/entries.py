@@ -49,25 +49,51 @@ def canonical(value: Any) -> bytes:
     """
     if _plain(value):
         try:
-            return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
-        except orjson.JSONEncodeError:  # a lone surrogate: rfc8785 refuses it in its own words
+            encoded = orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+        except orjson.JSONEncodeError:  # a lone surrogate, a name not a string: rfc8785 says so in its words
             pass
+        else:
+            # All ASCII (the usual payload), every name is below U+D800; otherwise they are looked at.
+            if encoded.isascii() or _names_sort_alike(value):
+                return encoded
     return rfc8785.dumps(value)
 
 
 def _plain(value: Any) -> bool:
-    """Whether orjson's sorted output of ``value`` is its RFC 8785 canonical form."""
-    if value is None or isinstance(value, (str, bool)):
-        return True
-    if isinstance(value, int):
-        return -SAFE_INTEGER < value < SAFE_INTEGER
-    if isinstance(value, list):
-        return all(_plain(item) for item in value)
-    if isinstance(value, dict):
-        return all(
-            isinstance(name, str) and max(name, default="") < SURROGATES and _plain(item) for name, item in value.items()
-        )
-    return False  # floats, tuples and the rest: the library decides
+    """Whether ``value`` holds only what orjson and RFC 8785 write alike (strings, booleans,
+    nulls, safe integers, lists, objects), member names aside (:func:`_names_sort_alike`).
+
+    A walk without recursion or generators, by exact type (bool is not int here): on a Message's
+    payload a fifth of the cost of checking each value's kind in turn, on every Run."""
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        kind = type(item)
+        if kind is dict:
+            pending.extend(item.values())
+        elif kind is list:
+            pending.extend(item)
+        elif kind is int:
+            if not -SAFE_INTEGER < item < SAFE_INTEGER:
+                return False
+        elif kind is not str and kind is not bool and item is not None:
+            return False  # floats, tuples, subclasses and the rest: the library decides
+    return True
+
+
+def _names_sort_alike(value: Any) -> bool:
+    """Whether every member name in ``value`` (of :func:`_plain`) is below U+D800, where sorting
+    by code points (orjson) and by UTF-16 code units (RFC 8785) agree."""
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if type(item) is dict:
+            if max("".join(item), default="") >= SURROGATES:  # the largest character of any name
+                return False
+            pending.extend(item.values())
+        elif type(item) is list:
+            pending.extend(item)
+    return True
 
 
 def sha256(data: bytes) -> str:
