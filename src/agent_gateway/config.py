@@ -174,6 +174,8 @@ class Settings:
     log_level: str = "INFO"
     # The ops listener, log format and access log, retention.
     ops_listen: Address | None = Address("127.0.0.1", 8702)
+    # Names the ops listener is addressed by besides loopback, localhost and its listen host.
+    ops_allowed_hosts: tuple[str, ...] = ()
     log_format: str = "text"
     log_access: bool | None = None  # None: on in the json format, off in text
     retention_signals_max_age: datetime.timedelta | None = None
@@ -272,7 +274,7 @@ def _address(value: Any) -> Address:
 
 
 def _host_name(value: Any) -> str:
-    """A host name or IP address, without a port (``agent.allowed_hosts``)."""
+    """A host name or IP address, without a port (``agent.allowed_hosts``, ``ops.allowed_hosts``)."""
     host = _str(value).strip().lower()
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
@@ -761,6 +763,11 @@ _KEYS = (
     _Key(("ops", "listen"), "ops_listen", _optional_address,
          default='`127.0.0.1:8702`',
          doc='the ops listener (`/healthz`, `/readyz`, `/metrics`); `""` turns it (and metrics) off; a non-loopback address logs a warning'),
+    _Key(("ops", "allowed_hosts"), "ops_allowed_hosts", _list(_host_name),
+         default='`[]`',
+         doc='names (or addresses) the ops listener may be addressed by in `Host` and `Origin`, besides a loopback '
+             'address, `localhost` and `ops.listen`\'s host (a Prometheus that scrapes it by name needs that name here): '
+             'any other is refused, against DNS rebinding (see [Health, metrics and alerts](/operate/health-metrics.md#host-and-origin))'),
     _Key(("log", "format"), "log_format", _log_format,
          default='`text`',
          doc='`text`, or `json`: one JSON object per line (see [Logs](/operate/logs.md))'),

@@ -195,10 +195,12 @@ async def _serve(
     if caps is not None:
         listeners.append(("public server", _Server(gateway.public_asgi, settings, caps.public), sockets["public"]))
         # The Agent server has no authentication: it answers only to its own names (DNS rebinding).
-        hosts = connections.Hosts.of(settings.agent_listen.host, settings.agent_allowed_hosts)
+        hosts = connections.Hosts.of(settings.agent_listen.host, settings.agent_allowed_hosts, "agent.allowed_hosts")
         listeners.append(("agent server", _Server(gateway.agent_asgi, settings, caps.agent, hosts), sockets["agent"]))
-    if ops_socket is not None and gateway.ops_app is not None:
-        listeners.append(("ops listener", _Server(gateway.ops_app, settings, OPS_MAX_CONNECTIONS), ops_socket))
+    if ops_socket is not None and gateway.ops_app is not None and settings.ops_listen is not None:
+        # Nor has the ops listener: its metrics are not for a web page that rebinds its name either.
+        hosts = connections.Hosts.of(settings.ops_listen.host, settings.ops_allowed_hosts, "ops.allowed_hosts")
+        listeners.append(("ops listener", _Server(gateway.ops_app, settings, OPS_MAX_CONNECTIONS, hosts), ops_socket))
     try:
         if caps is None:
             logger.info("serving no HTTP (roles: %s)", ", ".join(sorted(gateway.roles)))

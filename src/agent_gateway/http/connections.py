@@ -21,7 +21,7 @@ has no descriptor left and both servers reset every request. So each
   without exactly one ``Host`` (RFC 9112 §3.2), and a JSON body to what the
   parser refuses (``Content-Length`` with ``Transfer-Encoding``, ...), where
   uvicorn answers ``text/plain``;
-- on a server given :class:`Hosts` (the Agent server), refuses a request whose
+- on a server given :class:`Hosts` (the Agent server, the ops listener), refuses a request whose
   ``Host``, or ``Origin`` when it has one, names the server by a name it does not
   have (``421``, ``403``): a web page in a browser on the agent's host cannot
   reach it by DNS rebinding, nor post to it from another origin.
@@ -83,9 +83,10 @@ _ORIGIN = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://(.+)")
 @dataclasses.dataclass(frozen=True)
 class Hosts:
     """The names a server answers to: a loopback address (127.0.0.0/8, ``::1``), ``localhost``,
-    and ``names`` (its listen host, the operator's ``agent.allowed_hosts``).
+    and ``names`` (its listen host, the names the operator lists in ``setting``).
 
-    Without authentication, the Agent server trusts whoever can connect to it; a browser
+    Without authentication, the Agent server trusts whoever can connect to it (and the ops
+    listener shows its metrics to them); a browser
     on the same host can, and a web page can make it do so by DNS rebinding (its own name
     resolving, after a while, to 127.0.0.1): the request then carries the page's name in
     ``Host``. And a page may post to ``http://127.0.0.1:PORT`` from its own origin (a
@@ -96,10 +97,12 @@ class Hosts:
     """
 
     names: frozenset[str]
+    # The setting that lists more names (``agent.allowed_hosts``), named in a refusal.
+    setting: str
 
     @classmethod
-    def of(cls, listen_host: str, allowed: Iterable[str] = ()) -> Hosts:
-        return cls(frozenset(name.lower() for name in ("localhost", listen_host, *allowed)))
+    def of(cls, listen_host: str, allowed: Iterable[str], setting: str) -> Hosts:
+        return cls(frozenset(name.lower() for name in ("localhost", listen_host, *allowed)), setting)
 
     def accepts(self, host: str) -> bool:
         host = host.lower()
@@ -119,7 +122,7 @@ class Hosts:
                 if match is None or not self.accepts(match.group(1) or match.group(2)):
                     return 421, (
                         "this server answers only requests addressed to a loopback address, localhost, "
-                        "its listen host or a name in agent.allowed_hosts (Host)"
+                        f"its listen host or a name in {self.setting} (Host)"
                     )
             elif name == b"origin":
                 origin = _ORIGIN.fullmatch(value.decode("latin-1"))
