@@ -32,6 +32,7 @@ from agent_gateway.config import Address, Settings
 from agent_gateway.gateway import Gateway
 from agent_gateway.http import connections
 from agent_gateway.ops import logs, metrics
+from agent_gateway.sandbox import proxy
 from agent_gateway.store import migrate
 from agent_gateway.store.engine import Store
 
@@ -114,7 +115,10 @@ def _migrate_in_child(url: str) -> None:
 def _connection_budget(settings: Settings) -> connections.Budget:
     """Raise the descriptor limit and cap each server within it (forked HTTP processes inherit both)."""
     descriptors = connections.raise_descriptor_limit()
-    budget = connections.budget(descriptors, settings.public_max_connections, settings.agent_max_connections)
+    # The confined agent's connections through the sandbox's relay and egress proxy are
+    # the gateway's descriptors too, outside both servers.
+    reserved = connections.RESERVED_DESCRIPTORS + proxy.DESCRIPTORS
+    budget = connections.budget(descriptors, settings.public_max_connections, settings.agent_max_connections, reserved)
     logger.info(budget.describe(settings.public_max_connections, settings.agent_max_connections))
     return budget
 

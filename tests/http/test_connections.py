@@ -17,6 +17,8 @@ import httpx
 import orjson
 import pytest
 
+from agent_gateway.http import connections
+from agent_gateway.sandbox import proxy
 from tests import served
 from tests.flood import Flood
 
@@ -223,7 +225,11 @@ def test_a_flood_of_the_public_server_leaves_the_agent_server_answering(tmp_path
                     tmp_path / "d", database_url, {"AGENT_GATEWAY_HTTP_HEADER_TIMEOUT_MS": "2000"}, descriptors=1024
                 )
             )
-            assert "1024 file descriptors" in gateway.output()
+            assert (
+                "1024 file descriptors: Public server up to 432 connections (asked for 10000, more than the "
+                "descriptors allow), Agent server up to 144 connections (asked for 1000, more than the descriptors "
+                "allow), 448 kept in reserve"
+            ) in gateway.output()
             host, port = address(gateway.public_url)
             flood = stack.enter_context(Flood(host, port, idle=3_000, slow=500, interval_s=0.5))
             with httpx.Client(base_url=gateway.agent_url, timeout=CEILING_S) as agent:
@@ -237,3 +243,25 @@ def test_a_flood_of_the_public_server_leaves_the_agent_server_answering(tmp_path
             assert httpx.get(f"{gateway.public_url}/jwks.json", timeout=CEILING_S).status_code == 200
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_the_servers_caps_are_what_the_settings_ask_when_the_descriptors_allow() -> None:
+    budget = connections.budget(20_000, 10_000, 1_000, reserved=448)
+    assert (budget.public, budget.agent, budget.reserved) == (10_000, 1_000, 448)
+    assert budget.describe(10_000, 1_000) == (
+        "20000 file descriptors: Public server up to 10000 connections, Agent server up to 1000 connections, "
+        "448 kept in reserve"
+    )
+
+
+@pytest.mark.parametrize("descriptors", [1_024, 2_048, 4_096, 500, 300])
+def test_short_of_descriptors_the_servers_leave_the_reserve_and_the_agent_server_a_quarter(descriptors: int) -> None:
+    """What a confined agent can hold through the sandbox (proxy.DESCRIPTORS) is reserved with the
+    rest, so the servers' connections and the agent's together stay within the limit."""
+    reserved = connections.RESERVED_DESCRIPTORS + proxy.DESCRIPTORS
+    assert reserved == 256 + 2 * (64 + 32)
+    budget = connections.budget(descriptors, 10_000, 1_000, reserved)
+    available = max(descriptors - reserved, 2)
+    assert budget.public + budget.agent <= available
+    assert budget.agent == max(min(1_000, available // 4), 1) and budget.public >= 1
+    assert budget.describe(10_000, 1_000).endswith(f"{reserved} kept in reserve")

@@ -53,7 +53,8 @@ logger = logging.getLogger(__name__)
 
 # Descriptors neither server may take: the database pools (SQLite keeps up to 20
 # connections, each with its file and WAL; PostgreSQL up to 21 sockets), the agent
-# processes' pipes, the listeners, log files and the interpreter's own.
+# processes' pipes, the listeners, log files and the interpreter's own; and what the
+# confined agent can make the gateway hold (``serving`` adds the sandbox's share).
 RESERVED_DESCRIPTORS = 256
 # When descriptors are short, the Agent server may take at most this share of what is
 # left: it serves one agent, the Public server serves every User.
@@ -139,13 +140,14 @@ class Budget:
     descriptors: int
     public: int
     agent: int
+    reserved: int
 
     def describe(self, wanted_public: int, wanted_agent: int) -> str:
         caps = []
         for name, cap, wanted in (("Public", self.public, wanted_public), ("Agent", self.agent, wanted_agent)):
             note = "" if cap == wanted else f" (asked for {wanted}, more than the descriptors allow)"
             caps.append(f"{name} server up to {cap} connections{note}")
-        return f"{self.descriptors} file descriptors: {', '.join(caps)}, {RESERVED_DESCRIPTORS} kept in reserve"
+        return f"{self.descriptors} file descriptors: {', '.join(caps)}, {self.reserved} kept in reserve"
 
 
 def raise_descriptor_limit() -> int:
@@ -161,17 +163,17 @@ def raise_descriptor_limit() -> int:
     return soft
 
 
-def budget(descriptors: int, public: int, agent: int) -> Budget:
+def budget(descriptors: int, public: int, agent: int, reserved: int = RESERVED_DESCRIPTORS) -> Budget:
     """Each server's cap: what the settings ask, or less when the process cannot hold it.
 
-    The servers together never take more than ``descriptors - RESERVED_DESCRIPTORS``,
-    so a flood of one server cannot starve the other, the database or the agent.
+    The servers together never take more than ``descriptors - reserved``, so a flood of
+    one server cannot starve the other, the database or the agent.
     """
-    available = max(descriptors - RESERVED_DESCRIPTORS, 2)
+    available = max(descriptors - reserved, 2)
     if public + agent <= available:
-        return Budget(descriptors, public, agent)
+        return Budget(descriptors, public, agent, reserved)
     agent_cap = max(min(agent, available // AGENT_SHARE), 1)
-    return Budget(descriptors, max(min(public, available - agent_cap), 1), agent_cap)
+    return Budget(descriptors, max(min(public, available - agent_cap), 1), agent_cap, reserved)
 
 
 def error_bytes(status: int, message: str) -> bytes:

@@ -33,6 +33,7 @@ from agent_gateway import errors
 from agent_gateway.addresses import is_public
 from agent_gateway.config import Address
 from agent_gateway.ops import metrics
+from agent_gateway.sandbox import relay
 from agent_gateway.sandbox.relay import Throttle, close_all, not_logged, splice
 
 # A request head (request line and headers) longer than this is refused.
@@ -43,6 +44,9 @@ CONNECT_TIMEOUT_S = 30.0
 # Connections through the proxy at once: an agent's model calls and fetches are a handful in flight;
 # each costs the gateway two descriptors (see relay.MAX_CONNECTIONS).
 MAX_CONNECTIONS = 32
+# The most descriptors a confined agent can make the gateway hold: two for each connection
+# relayed to the Agent server or through this proxy (kept out of the HTTP servers' budget).
+DESCRIPTORS = 2 * (relay.MAX_CONNECTIONS + MAX_CONNECTIONS)
 # The most of a host name a refusal shows: a DNS name's longest.
 MAX_HOST_CHARS = 253
 _HOST_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-_:%[]")

@@ -27,8 +27,8 @@ from agent_gateway.http.connections import error_bytes
 
 BUFFER_BYTES = 65536
 # Connections relayed at once. An agent has a few requests to the Agent server in flight (a
-# Message stream, a call or two); each costs the gateway two descriptors, outside the HTTP
-# servers' budget (http/connections.py): 128 at most, 192 with the egress proxy's.
+# Message stream, a call or two); each costs the gateway two descriptors, which the HTTP
+# servers' budget keeps in reserve with the egress proxy's (proxy.DESCRIPTORS, serving).
 MAX_CONNECTIONS = 64
 # How long closing waits for its connections' tasks: a guard (they end as their ends close, at once,
 # unless connecting: the proxy's connect has its own timeout).
