@@ -256,6 +256,44 @@ async def test_a_witness_with_another_key_for_the_log_never_cosigns_and_says_so_
     assert all(r.exc_info is None for r in caplog.records)
 
 
+async def test_a_fork_of_a_witnessed_log_is_refused_by_the_witness_with_422_and_said_so_once(
+    settings: config.Settings, another_database_url: str, witnesses: list[servers.Witness], origin: str,
+    running: Callable, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The operator's second log under the same key and origin, larger than the one witnessed: the
+    collector resyncs from the witness's size (409) and sends the fork's consistency proof from
+    it, which the witness finds does not verify (422, c2sp.org/tlog-witness): refused, one line
+    that says what that means, not a setting to check, and never a cosignature of the fork."""
+    settings = with_witnesses(settings, origin, witnesses[:1])
+    witnesses[0].trust(origin, log_vkey(settings))
+    caplog.set_level(logging.INFO, "agent_gateway.transparency.collector")
+    honest = await running(settings)
+    async with client(honest) as agent:
+        await publish(agent, 3)
+    await witnessed_at(honest, 3, "the honest log witnessed")
+    await stop(honest)
+
+    fork = await running(dataclasses.replace(settings, database_url=another_database_url))
+    async with client(fork) as agent:
+        await publish(agent, 5)
+
+    def refusals() -> list[str]:
+        return [
+            r.getMessage() for r in caplog.records
+            if r.__dict__.get("action") == "witness_refused" and r.__dict__.get("log") == "decisions"
+        ]
+
+    async def refused() -> bool:
+        return bool(refusals())
+
+    await wait_for(refused, "the fork refused")
+    [line] = refusals()
+    assert "422: the consistency proof from the tree size it holds does not verify" in line
+    assert "compare the log with what the witness holds" in line and "transparency.witnesses" not in line
+    assert await cosigned_by(fork, witnesses[0]) == [] and await witnessed_size(fork) is None
+    assert all(r.exc_info is None for r in caplog.records)
+
+
 async def _failures(gateway: Gateway, listed: servers.Witness) -> float:
     name = witness.WitnessKey.parse(listed.vkey).name
     return metrics.witness_failures.labels("decisions", name)._value.get()  # type: ignore[attr-defined]

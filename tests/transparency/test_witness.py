@@ -181,7 +181,8 @@ def test_a_200_with_a_valid_cosignature_is_cosigned() -> None:
         (409, "text/x.tlog.size; charset=utf-8", b"12\n", witness.Conflict, None),
         (409, "text/plain", b"conflict", witness.Conflict, None),
         (409, "text/x.tlog.size", b"twelve\n", witness.Failed, "409"),
-        (422, "text/plain", b"", witness.Failed, "HTTP 422"),
+        (422, "text/plain", b"", witness.Refused, "422: the consistency proof from the tree size it holds does not verify"),
+        (400, "text/plain", b"", witness.Failed, "HTTP 400"),
         (500, "text/plain", b"", witness.Failed, "HTTP 500"),
     ],
 )

@@ -199,14 +199,16 @@ class Collector:
             return
         metrics.witness_failures.labels(self._log.name, name).inc()
         if isinstance(answer, witness.Conflict):
-            answer = witness.Refused(f"409 for tree size {state.size}: it holds another root for it (a split view?)")
+            answer = witness.Refused(
+                f"409 for tree size {state.size}: it holds another root for it (a split view?)", settings=False
+            )
         if isinstance(answer, witness.Refused):
             state.retry = MAX_RETRY_S
-            self._change(
-                state, configured, "refused",
-                f"{answer.reason}; check its url and vkey in transparency.witnesses[{state.index}], and that the "
-                f"witness knows this log's origin and key (the {self._log.name} log)",
+            check = (
+                f"check its url and vkey in transparency.witnesses[{state.index}], and that the witness knows "
+                f"this log's origin and key" if answer.settings else "compare the log with what the witness holds"
             )
+            self._change(state, configured, "refused", f"{answer.reason}; {check} (the {self._log.name} log)")
         else:
             state.retry = min(MAX_RETRY_S, max(FIRST_RETRY_S, state.retry * 2))
             self._change(state, configured, "failing", f"{answer.reason}; trying again with backoff (at most {MAX_RETRY_S:g} s)")

@@ -170,9 +170,12 @@ class Conflict:
 @dataclasses.dataclass(frozen=True)
 class Refused:
     """The witness does not take this log from us (403, 404) or answered with no valid
-    cosignature under its key: a setting to check, not an outage; ``reason`` says which."""
+    cosignature under its key: a setting to check, not an outage; ``reason`` says which. Or
+    it holds a history this checkpoint does not extend (422; a 409 naming our own size):
+    no setting explains that (``settings`` False), the log forked or the gateway's proof is wrong."""
 
     reason: str
+    settings: bool = True
 
 
 @dataclasses.dataclass(frozen=True)
@@ -203,6 +206,12 @@ def read_answer(key: WitnessKey, text: bytes, status: int, content_type: str, bo
             return Conflict(parse_size(body))
         except note.NoteError as exc:
             return Failed(f"409 with an unreadable size ({exc})")
+    if status == 422:
+        return Refused(
+            "422: the consistency proof from the tree size it holds does not verify: this checkpoint does not "
+            "extend the one it cosigned (a split view?)",
+            settings=False,
+        )
     if status == 403:
         return Refused("403: it does not trust the gateway's signing key for this log")
     if status == 404:
