@@ -26,6 +26,7 @@ from typing import Any
 import orjson
 
 from agent_gateway import errors
+from agent_gateway.addresses import is_public
 
 ENV_PREFIX = "AGENT_GATEWAY_"
 CONFIG_ENV = "AGENT_GATEWAY_CONFIG"
@@ -452,7 +453,8 @@ def _webhook_table(where: str, table: dict[str, Any]) -> _WebhookTable:
         literal = ipaddress.ip_address(host)
     except ValueError:
         literal = None
-    if literal is not None and not literal.is_global and not allow_private:
+    # The sender's rule at each attempt (addresses.is_public), applied to a literal at once.
+    if literal is not None and not is_public(literal) and not allow_private:
         raise ValueError(f"{where}.url: {host} is not a public address; set allow_private = true to send there")
     events = table.get("events")
     if not isinstance(events, list) or not events or not all(isinstance(event, str) for event in events):

@@ -91,6 +91,8 @@ TABLE = '[[webhooks]]\nurl = "https://example.com/h"\nevents = ["run.ended"]\nse
          "webhooks[0].url: 127.0.0.1 is not a public address; set allow_private = true"),
         ('[[webhooks]]\nurl = "http://[fd00::1]/"\nevents = ["run.ended"]\nsecret_env = "HOOK_SECRET"\n',
          "webhooks[0].url: fd00::1 is not a public address"),
+        ('[[webhooks]]\nurl = "http://[64:ff9b::a9fe:a9fe]/"\nevents = ["run.ended"]\nsecret_env = "HOOK_SECRET"\n',
+         "webhooks[0].url: 64:ff9b::a9fe:a9fe is not a public address"),  # NAT64 of 169.254.169.254
         ('[[webhooks]]\nurl = "https://example.com/"\nevents = ["run.finished"]\nsecret_env = "HOOK_SECRET"\n',
          "webhooks[0].events: unknown event 'run.finished' (known: run.ended, "),
         ('[[webhooks]]\nurl = "https://example.com/"\nevents = []\nsecret_env = "HOOK_SECRET"\n',
