@@ -143,7 +143,7 @@ class Settings:
     database_busy_timeout_ms: int = 30_000
     public_listen: Address = Address("127.0.0.1", 8700)
     agent_listen: Address = Address("127.0.0.1", 8701)
-    # Names the Agent server is addressed by besides loopback, localhost and its listen host.
+    # Names the Agent server is addressed by besides an IP address, localhost and its listen host.
     agent_allowed_hosts: tuple[str, ...] = ()
     signing_key_file: Path | None = None
     signing_key_pem: str | None = None
@@ -175,7 +175,7 @@ class Settings:
     log_level: str = "INFO"
     # The ops listener, log format and access log, retention.
     ops_listen: Address | None = Address("127.0.0.1", 8702)
-    # Names the ops listener is addressed by besides loopback, localhost and its listen host.
+    # Names the ops listener is addressed by besides an IP address, localhost and its listen host.
     ops_allowed_hosts: tuple[str, ...] = ()
     log_format: str = "text"
     log_access: bool | None = None  # None: on in the json format, off in text
@@ -661,8 +661,9 @@ _KEYS = (
          doc='Agent server address; a non-loopback address logs a warning (no authentication!)'),
     _Key(("agent", "allowed_hosts"), "agent_allowed_hosts", _list(_host_name),
          default='`[]`',
-         doc='names (or addresses) the Agent server may be addressed by in `Host` and `Origin`, besides a loopback '
-             'address, `localhost` and `agent.listen`\'s host: any other is refused, against DNS rebinding '
+         doc='names the Agent server may be addressed by in `Host`, besides an IP address, `localhost` and '
+             '`agent.listen`\'s host, and the hosts of web pages (`Origin`) it answers besides a loopback address, '
+             '`localhost` and that host: any other is refused, against DNS rebinding '
              '(see [Agent server](/agents/agent-server.md#host-and-origin))'),
     _Key(("signing", "key_file"), "signing_key_file", _str, is_path=True,
          default='—',
@@ -767,9 +768,10 @@ _KEYS = (
          doc='the ops listener (`/healthz`, `/readyz`, `/metrics`); `""` turns it (and metrics) off; a non-loopback address logs a warning'),
     _Key(("ops", "allowed_hosts"), "ops_allowed_hosts", _list(_host_name),
          default='`[]`',
-         doc='names (or addresses) the ops listener may be addressed by in `Host` and `Origin`, besides a loopback '
-             'address, `localhost` and `ops.listen`\'s host (a Prometheus that scrapes it by name needs that name here): '
-             'any other is refused, against DNS rebinding (see [Health, metrics and alerts](/operate/health-metrics.md#host-and-origin))'),
+         doc='names the ops listener may be addressed by in `Host`, besides an IP address, `localhost` and '
+             '`ops.listen`\'s host (a Prometheus that scrapes it by name needs that name here), and the hosts of web '
+             'pages (`Origin`) it answers besides a loopback address, `localhost` and that host: any other is refused, '
+             'against DNS rebinding (see [Health, metrics and alerts](/operate/health-metrics.md#host-and-origin))'),
     _Key(("log", "format"), "log_format", _log_format,
          default='`text`',
          doc='`text`, or `json`: one JSON object per line (see [Logs](/operate/logs.md))'),

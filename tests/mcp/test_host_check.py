@@ -66,7 +66,8 @@ def test_a_rebound_name_is_refused_and_changes_nothing(
 
 
 @pytest.mark.parametrize(
-    "origin", [f"http://{REBOUND}", f"https://{REBOUND}:443", "null", "http://127.0.0.1.rebind.example"]
+    "origin",
+    [f"http://{REBOUND}", f"https://{REBOUND}:443", "null", "http://127.0.0.1.rebind.example", "http://10.0.0.7:8080"],
 )
 def test_an_origin_of_another_host_is_refused(gateway: served.ServedGateway, origin: str) -> None:
     for method, path, body, extra in ROUTES:
@@ -86,6 +87,18 @@ def test_the_agent_server_s_own_names_are_served(gateway: served.ServedGateway, 
         assert request(gateway, "GET", "/decisions", headers).status_code == 200
         response = request(gateway, "POST", "/mcp", {**HEADERS, **headers}, content=tools_call("list_users", {}))
         assert response.status_code == 200 and "result" in response.json()
+
+
+@pytest.mark.parametrize("host", ["10.0.0.5:{port}", "192.168.1.9", "[fd00::5]:{port}", "[2001:db8::1]"])
+def test_any_ip_address_in_host_is_served_but_only_a_loopback_origin(gateway: served.ServedGateway, host: str) -> None:
+    """A browser sends an address in ``Host`` only for a URL holding it, never after rebinding a
+    name: a container or a probe that calls the server by an address of its host is served. A
+    page's ``Origin`` still has to be loopback or one of the server's names."""
+    host = host.format(port=port(gateway.agent_url))
+    for origin in (None, "http://127.0.0.1:5173", f"https://{ALLOWED}"):
+        headers = {"Host": host} | ({"Origin": origin} if origin else {})
+        assert request(gateway, "GET", "/decisions", headers).status_code == 200
+    assert "Origin" in assert_error_body(request(gateway, "GET", "/decisions", {"Host": host, "Origin": f"http://{host}"}), 403)
 
 
 def test_a_request_without_host_is_no_browser_s_and_is_served(gateway: served.ServedGateway) -> None:

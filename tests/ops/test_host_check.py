@@ -67,6 +67,16 @@ def test_the_listener_s_own_names_are_served(gateway: served.ServedGateway, host
         assert get(gateway, "/healthz", headers).json() == {"status": "ok"}
 
 
+@pytest.mark.parametrize("host", ["10.0.0.5:{port}", "[fd00::5]:{port}"])
+def test_a_probe_or_a_scrape_by_the_pod_s_address_is_served(gateway: served.ServedGateway, host: str) -> None:
+    """Kubernetes sends the pod's address in ``Host`` (and Prometheus its target's): no rebinding
+    page can, so any address is served; a page's ``Origin`` is not."""
+    headers = {"Host": host.format(port=port(gateway))}
+    assert get(gateway, "/healthz", headers).json() == {"status": "ok"}
+    assert "agent_gateway_" in get(gateway, "/metrics", headers).text
+    assert "Origin" in assert_error_body(get(gateway, "/metrics", {**headers, "Origin": "http://10.0.0.5"}), 403)
+
+
 def test_the_agent_server_s_names_are_not_the_listener_s(tmp_path: Path) -> None:
     """Each listener has its own list: a name allowed for the Agent server is refused here."""
     env = {"AGENT_GATEWAY_AGENT_ALLOWED_HOSTS": f'["{ALLOWED}"]'}

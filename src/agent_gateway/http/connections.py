@@ -83,18 +83,21 @@ _ORIGIN = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://(.+)")
 
 @dataclasses.dataclass(frozen=True)
 class Hosts:
-    """The names a server answers to: a loopback address (127.0.0.0/8, ``::1``), ``localhost``,
-    and ``names`` (its listen host, the names the operator lists in ``setting``).
+    """The names a server answers to: an IP address, ``localhost``, and ``names`` (its listen
+    host, the names the operator lists in ``setting``); and the origins it answers web pages of:
+    a loopback address, ``localhost`` and ``names``.
 
     Without authentication, the Agent server trusts whoever can connect to it (and the ops
-    listener shows its metrics to them); a browser
-    on the same host can, and a web page can make it do so by DNS rebinding (its own name
-    resolving, after a while, to 127.0.0.1): the request then carries the page's name in
-    ``Host``. And a page may post to ``http://127.0.0.1:PORT`` from its own origin (a
-    "simple" request needs no preflight): the browser says so in ``Origin``. A program
-    calling the server (the agent, ``agent-gateway mcp``) sends the name it connected to
-    and no ``Origin``. Ports are not compared: the sandbox's relay reaches the server at
-    another port of the sandbox's own loopback.
+    listener shows its metrics to them); a browser on the same host can, and a web page can
+    make it do so by DNS rebinding (its own name resolving, after a while, to 127.0.0.1): the
+    request then carries the page's name in ``Host``. A browser sends an IP address in ``Host``
+    only for a URL holding that address, that is for a page the server itself served, so any
+    address passes there (a Kubernetes probe or a Prometheus scrape names the pod's). And a page
+    may post to ``http://127.0.0.1:PORT`` from its own origin (a "simple" request needs no
+    preflight): the browser says so in ``Origin``, which passes only with a loopback address or
+    a name of the server's. A program calling the server (the agent, ``agent-gateway mcp``)
+    sends the name it connected to and no ``Origin``. Ports are not compared: the sandbox's
+    relay reaches the server at another port of the sandbox's own loopback.
     """
 
     names: frozenset[str]
@@ -105,14 +108,16 @@ class Hosts:
     def of(cls, listen_host: str, allowed: Iterable[str], setting: str) -> Hosts:
         return cls(frozenset(name.lower() for name in ("localhost", listen_host, *allowed)), setting)
 
-    def accepts(self, host: str) -> bool:
+    def accepts(self, host: str, *, any_address: bool) -> bool:
+        """Whether ``host`` is one of :attr:`names`, or an IP address: loopback, or any with ``any_address``."""
         host = host.lower()
         if host in self.names:
             return True
         try:
-            return ipaddress.ip_address(host).is_loopback
+            address = ipaddress.ip_address(host)
         except ValueError:
             return False
+        return any_address or address.is_loopback
 
     def problem(self, headers: Iterable[tuple[bytes, bytes]]) -> tuple[int, str] | None:
         """Why a request with these headers is refused, or None. A request without ``Host``
@@ -120,15 +125,15 @@ class Hosts:
         for name, value in headers:
             if name == b"host":
                 match = _AUTHORITY.fullmatch(value.decode("latin-1"))
-                if match is None or not self.accepts(match.group(1) or match.group(2)):
+                if match is None or not self.accepts(match.group(1) or match.group(2), any_address=True):
                     return 421, (
-                        "this server answers only requests addressed to a loopback address, localhost, "
+                        "this server answers only requests addressed to an IP address, localhost, "
                         f"its listen host or a name in {self.setting} (Host)"
                     )
             elif name == b"origin":
                 origin = _ORIGIN.fullmatch(value.decode("latin-1"))
                 match = _AUTHORITY.fullmatch(origin.group(1)) if origin is not None else None
-                if match is None or not self.accepts(match.group(1) or match.group(2)):
+                if match is None or not self.accepts(match.group(1) or match.group(2), any_address=False):
                     return 403, "requests from a web page of another origin are refused (Origin)"
         return None
 
