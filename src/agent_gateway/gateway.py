@@ -132,6 +132,10 @@ class Gateway:
         self.runtime: runtimes.Runtime = (
             runtimes.from_settings(settings) if "worker" in roles else runtimes.NoRuntime()
         )
+        if "worker" in roles:
+            # The files the Run ledger publishes, read now: one that cannot be read safely (a link
+            # in the Workspace) stops serve with the other settings, before anything is migrated.
+            instructions.check(settings)
         self.worker: Worker | None = None
         self.ledger = ledger_service.Ledger(self.store)
         # One witness collector per log across the deployment, each in a worker process that leads it.

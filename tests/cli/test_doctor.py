@@ -50,7 +50,7 @@ def test_a_deployment_serve_can_start_is_all_ok(bwrap: str, database_url: str, t
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""
     found = lines(result)
-    assert list(found) == ["signing", "database", "public.listen", "agent.listen", "ops.listen", "confinement"]
+    assert list(found) == ["signing", "database", "public.listen", "agent.listen", "ops.listen", "confinement", "instructions"]
     assert all(line.startswith("ok ") for line in found.values())
     assert found["signing"].startswith(f"ok {tmp_path / 'd' / 'signing-key.pem'}: ") and found["signing"].endswith(", EdDSA")
     assert found["database"] == f"ok reachable, schema at revision {migrate.HEAD} (current)"
@@ -75,7 +75,7 @@ def test_without_bwrap_any_other_agent_fails_with_the_two_ways_on(database_url: 
         'runtime.sandbox = "none" to run it unconfined on purpose'
     )
     assert result.stderr == (
-        "agent-gateway: error: 1 of 6 checks failed (confinement): serve would not start\n"
+        "agent-gateway: error: 1 of 7 checks failed (confinement): serve would not start\n"
     )
     # Unconfined on purpose is a way on.
     on_purpose = doctor(tmp_path / "d", database_url, **NO_BWRAP, **OTHER_AGENT, AGENT_GATEWAY_RUNTIME_SANDBOX="none")
@@ -92,7 +92,7 @@ def test_a_taken_port_fails_naming_the_setting(database_url: str, tmp_path: Path
         f"FAIL cannot listen on 127.0.0.1:{port}: Address already in use; "
         "set agent.listen (or AGENT_GATEWAY_AGENT_LISTEN) to a free address"
     )
-    assert result.stderr.startswith("agent-gateway: error: 1 of 6 checks failed (agent.listen)")
+    assert result.stderr.startswith("agent-gateway: error: 1 of 7 checks failed (agent.listen)")
 
 
 def test_an_empty_database_is_ok_serve_creates_the_schema(empty_database_url: str, tmp_path: Path) -> None:
@@ -112,10 +112,29 @@ def test_an_unreachable_database_and_an_unreadable_key_fail(tmp_path: Path) -> N
     assert found["signing"].startswith("FAIL ") and "signing-key.pem" in found["signing"]
     assert found["database"].startswith("FAIL ")
     assert "Traceback" not in result.stderr
-    assert result.stderr.startswith("agent-gateway: error: 2 of 6 checks failed (signing key, database ")
+    assert result.stderr.startswith("agent-gateway: error: 2 of 7 checks failed (signing key, database ")
 
 
 def test_a_bad_setting_is_one_line(tmp_path: Path) -> None:
     result = doctor(tmp_path / "d", "mysql://nowhere/db")
     assert result.returncode == 1 and result.stdout == ""
     assert result.stderr.startswith("agent-gateway: error: database.url") and result.stderr.count("\n") == 1
+
+
+def test_a_file_of_runtime_command_linked_in_the_workspace_fails_as_serve_would(database_url: str, tmp_path: Path) -> None:
+    """The agent's own ``ln -sf ../signing-key.pem instructions.md``: what serve refuses before it
+    migrates, doctor reports, naming the file and never showing what the link points at."""
+    directory = tmp_path / "d"
+    deployment.write(directory)
+    workspace = directory / "workspace"
+    workspace.mkdir(exist_ok=True)
+    (workspace / "instructions.md").symlink_to("../signing-key.pem")
+    command = [sys.executable, "-m", "agent_gateway.agent.llm", "--model", "openai:gpt-4o", "--instructions", "instructions.md"]
+    env = {"AGENT_GATEWAY_RUNTIME_COMMAND": json.dumps(command), "AGENT_GATEWAY_RUNTIME_WORKDIR": str(workspace)}
+    result = doctor(directory, database_url, AGENT_GATEWAY_RUNTIME_SANDBOX="none", **env)
+    assert result.returncode == 1
+    found = lines(result)
+    assert found["instructions"].startswith(f"FAIL runtime.command's file {workspace / 'instructions.md'} is a symbolic link")
+    assert "checks failed (instructions)" in result.stderr
+    key = (directory / "signing-key.pem").read_text().splitlines()[1]
+    assert key not in result.stdout + result.stderr

@@ -183,7 +183,8 @@ def test_instructions_larger_than_a_mebibyte_are_refused(workspace: Path) -> Non
 
 @pytest.mark.processes
 def test_serve_stops_in_one_line_and_publishes_nothing_of_the_key(tmp_path: Path) -> None:
-    """The demonstrated attack: from the Workspace, ln -sf ../signing-key.pem instructions.md, then a restart."""
+    """The demonstrated attack: from the Workspace, ln -sf ../signing-key.pem instructions.md, then a
+    restart (here the first start, which stops before it migrates)."""
     directory = tmp_path / "gw"
     deployment.write(directory)
     workspace = directory / "workspace"
@@ -205,6 +206,6 @@ def test_serve_stops_in_one_line_and_publishes_nothing_of_the_key(tmp_path: Path
     )
     body = key.splitlines()[1]
     assert body not in result.stdout + result.stderr
+    # Refused with the other settings, before anything was migrated: no ledger, nothing published.
     with sqlite3.connect(directory / "gateway.db") as db:
-        leaves = [str(leaf) for (leaf,) in db.execute("SELECT leaf FROM ledger_entries")]
-    assert not any(body in leaf for leaf in leaves)
+        assert db.execute("SELECT count(*) FROM sqlite_master WHERE name = 'ledger_entries'").fetchone() == (0,)

@@ -9,7 +9,8 @@ Each finding is one line, ``ok`` or ``FAIL``, naming the check and what it
 found; the exit status is 0 when every check passed, 1 otherwise (with one
 error line). It checks what ``serve`` with every role needs: the signing key,
 the database (reachable, and its schema one ``serve`` can use or migrate),
-the three listening addresses, and the agent program's confinement.
+the three listening addresses, the agent program's confinement, and the files
+the Run ledger publishes of it (none a link where the agent writes).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import typer
 
 from agent_gateway import config, errors
 from agent_gateway.cli.common import ConfigOption, database_problem, fail, load_settings, masked
+from agent_gateway.ledger import instructions
 from agent_gateway.signatures.identity import SigningIdentity
 from agent_gateway.store import migrate
 from agent_gateway.store.engine import Store
@@ -44,14 +46,15 @@ class Finding:
 
 def doctor(config_path: ConfigOption = None) -> None:
     """Check, without serving, what serve needs here: the signing key, the database (reachable,
-    its schema), the listening addresses (free) and the agent program's confinement; one line
-    each, exit status 1 when one fails."""
+    its schema), the listening addresses (free), the agent program's confinement and the files
+    the Run ledger publishes; one line each, exit status 1 when one fails."""
     settings = load_settings(config_path)
     findings = [
         signing_key(settings),
         database(settings),
         *(listening(address, field) for address, field in addresses(settings)),
         confinement(settings),
+        instructions_files(settings),
     ]
     for finding in findings:
         typer.echo(finding.line())
@@ -120,6 +123,15 @@ def listening(address: config.Address, field: str) -> Finding:
     except errors.GatewayError as exc:
         return Finding(name, False, exc.message)
     return Finding(name, True, f"{address} is free")
+
+
+def instructions_files(settings: config.Settings) -> Finding:
+    """What the Run ledger publishes of the agent's files can be read (ledger.instructions)."""
+    try:
+        count = instructions.check(settings)
+    except instructions.InstructionsError as exc:
+        return Finding("instructions", False, str(exc))
+    return Finding("instructions", True, f"{count} file(s) runtime.command names, readable for the Run ledger")
 
 
 def confinement(settings: config.Settings) -> Finding:

@@ -47,24 +47,39 @@ class InstructionsError(GatewayError):
 def collect(settings: Settings, handlers: Handlers, runtime: object) -> dict[str, Any]:
     """The instructions of a gateway with these ``settings``, Signal ``handlers`` and ``runtime``
     (as they are once the operator's Python setup has run)."""
-    workdir = settings.runtime_workdir
     command = list(settings.runtime_command or ())
-    writable = _agents_folders(settings)
+    files, agent = _read(settings, command)
     return {
         "handlers": [_handler(kind, handlers.get(kind)) for kind in handlers.kinds()],
         "runtime": {
             "program": _importable(type(runtime)),
             "command": command,
             "mode": settings.runtime_mode,
-            "files": _files(command, workdir, writable),
+            "files": files,
         },
         "confinement": {
             "sandbox": settings.runtime_sandbox,
             "allowHosts": [str(host) for host in settings.runtime_allow_hosts],
             "envPass": list(settings.runtime_env_pass),
         },
-        "agent": _llm_agent(command, workdir, writable, settings.scheduler_agent_routes),
+        "agent": agent,
     }
+
+
+def check(settings: Settings) -> int:
+    """Read the files the instructions publish (those ``runtime.command`` names, the reference LLM
+    agent's instructions file) as :func:`collect` does, raising :class:`InstructionsError` for one
+    that cannot be read safely: ``serve`` stops before it migrates or forks, ``doctor`` says so.
+    How many files the command names. The Signal Worker's start reads them again (the agent may
+    have changed its Workspace since)."""
+    files, _ = _read(settings, list(settings.runtime_command or ()))
+    return len(files)
+
+
+def _read(settings: Settings, command: list[str]) -> tuple[dict[str, str], dict[str, Any] | None]:
+    """The SHA-256 of each file ``command`` names, and the reference LLM agent's instructions."""
+    workdir, writable = settings.runtime_workdir, _agents_folders(settings)
+    return _files(command, workdir, writable), _llm_agent(command, workdir, writable, settings.scheduler_agent_routes)
 
 
 def _handler(kind: str, handler: object) -> dict[str, Any]:
