@@ -21,6 +21,7 @@ from agent_gateway.store.queries import signals as signal_queries
 from agent_gateway.store.tables import channel_deliveries, channel_pairings, messages as message_rows
 from agent_gateway.users import service as users
 from agent_gateway.users.service import UserNotFound
+from tests.webhooks.test_deliverer_leases import Ahead
 
 ALICE = "matrix:@alice:example.org"
 BOB = "matrix:@bob:example.org"
@@ -526,6 +527,70 @@ async def test_a_delivery_is_sent_once_by_two_senders(store: Store) -> None:
     await asyncio.gather(sender.Sender(store, first).step(), sender.Sender(store, second).step())
     sent = sorted(text for network in (first, second) for _, _, text, _ in network.sent)
     assert sent == sorted(f"answer {n}" for n in range(20))
+
+
+async def test_an_attempt_late_in_its_batch_renews_its_lease_so_no_other_sender_takes_it(store: Store) -> None:
+    """Two answers claimed in one batch; the first's send is slow (the clock moves past the batch's
+    lease meanwhile). The second's lease is renewed before its attempt, so a second sender (after a
+    change of leadership) looking during that attempt finds nothing due: each is sent once."""
+    store.channels = frozenset({"matrix"})
+    user_id = await linked(store)
+    await inbound.record(store, "matrix", inbound.PAIRING, [text()], "s1")
+    await send(store, user_id, "first")
+    await send(store, user_id, "second")
+    other = FakeNetwork()
+    ahead = Ahead()
+
+    class SlowThenWatched(FakeNetwork):
+        async def send(self, conversation: str, kind: str, text: str, transaction_id: str) -> None:
+            await super().send(conversation, kind, text, transaction_id)
+            if text == "first":  # as slow as an attempt may be, and the margin
+                ahead.by = timedelta(seconds=sender.ATTEMPT_TIMEOUT_S + sender.LEASE_MARGIN_S + 1)
+            else:
+                [delivery] = [d for d in await deliveries(store) if d.id == transaction_id]
+                assert clock.parse_instant(delivery.next_attempt_at) - clock.now() > timedelta(seconds=sender.ATTEMPT_TIMEOUT_S)
+                await sender.Sender(store, other).step()
+
+    first = SlowThenWatched()
+    with clock.use(ahead):
+        await sender.Sender(store, first).step()
+    assert [words for _, _, words, _ in first.sent] == ["first", "second"]
+    assert other.sent == []
+    assert [d.state for d in await deliveries(store)] == ["delivered", "delivered"]
+
+
+async def test_a_delivery_whose_lease_ran_out_and_another_sender_took_is_not_sent_again(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first answer's send is slow, and by the time it is recorded the batch's lease has run out
+    and a second sender (after a change of leadership) has claimed and sent the second answer: the
+    first sender, coming to it, finds its claim lost and does not send it again."""
+    store.channels = frozenset({"matrix"})
+    user_id = await linked(store)
+    await inbound.record(store, "matrix", inbound.PAIRING, [text()], "s1")
+    await send(store, user_id, "first")
+    await send(store, user_id, "second")
+    other = FakeNetwork()
+    ahead = Ahead()
+    record = queries.record
+
+    async def record_then_another_sender(store_, claimed, error, backoff):  # type: ignore[no-untyped-def]
+        recorded = await record(store_, claimed, error, backoff)
+        if claimed.text == "first":
+            ahead.by = timedelta(seconds=sender.ATTEMPT_TIMEOUT_S + sender.LEASE_MARGIN_S + 1)
+            await sender.Sender(store, other).step()
+        return recorded
+
+    monkeypatch.setattr(queries, "record", record_then_another_sender)
+    superseded = {"channel": "matrix", "direction": "out", "outcome": "superseded"}
+    before = REGISTRY.get_sample_value("agent_gateway_channel_messages_total", superseded) or 0.0
+    first = FakeNetwork()
+    with clock.use(ahead):
+        await sender.Sender(store, first).step()
+    assert [words for _, _, words, _ in first.sent] == ["first"]
+    assert [words for _, _, words, _ in other.sent] == ["second"]
+    assert REGISTRY.get_sample_value("agent_gateway_channel_messages_total", superseded) == before + 1
+    assert [d.state for d in await deliveries(store)] == ["delivered", "delivered"]
 
 
 def test_backoff_reaches_its_cap() -> None:

@@ -20,7 +20,10 @@ so a retry sends into the same one.
 
 A delivery ended while claimed (its identity unlinked from its User:
 ``channels.identities.unlink``) is not sent when its turn in the batch comes;
-only one whose attempt had already begun may still go out.
+only one whose attempt had already begun may still go out. Nor is one whose
+lease ran out while the sends before it in its batch were slow and which
+another sender claimed (after a change of leadership): a delivery's lease is
+renewed, while its claim still holds, before an attempt that could outlast it.
 """
 
 from __future__ import annotations
@@ -56,6 +59,9 @@ BACKOFF = functools.partial(
 # a margin longer, so no other sender takes the delivery while the attempt can still run.
 ATTEMPT_TIMEOUT_S = 30.0
 LEASE_MARGIN_S = 10.0
+# An attempt further down a batch, after slow ones, starts only with this long of its lease to
+# spare past its timeout; with less, its lease is renewed first (Sender._hold).
+MIN_MARGIN_S = 5.0
 
 
 class Sender(woken.WokenLoop):
@@ -93,11 +99,13 @@ class Sender(woken.WokenLoop):
                 break
             for index, delivery in enumerate(claimed):
                 # The first is sent as soon as it is claimed; a later one has waited for the sends
-                # before it, meanwhile it may have been ended (its identity unlinked from its User).
-                if index and not await queries.still_held(self.store, delivery):
+                # before it: meanwhile it may have been ended (its identity unlinked from its User),
+                # or its lease may be running out (it is renewed first).
+                held = await self._hold(delivery) if index else delivery
+                if held is None:
                     self._skipped(delivery)
                     continue
-                await asyncio.shield(self._attempt(delivery))
+                await asyncio.shield(self._attempt(held))
         async with self.store.read() as conn:
             due = await queries.next_due(conn, channel=channel)
             metrics.channel_outbox_depth.labels(channel).set(await queries.depth(conn, channel=channel))
@@ -128,11 +136,21 @@ class Sender(woken.WokenLoop):
             extra={"action": "channel_delivery", "delivery": delivery.id, "status": outcome},
         )
 
+    async def _hold(self, delivery: queries.Claimed) -> queries.Claimed | None:
+        """``delivery``, still open, under a lease that lasts past an attempt begun now: its claim's
+        while that has :data:`MIN_MARGIN_S` to spare, else renewed; None when it was ended after it
+        was claimed, or its claim ran out and another sender took it (not to be sent from here too)."""
+        now = clock.now()
+        if clock.parse_instant(delivery.lease) - now >= timedelta(seconds=ATTEMPT_TIMEOUT_S + MIN_MARGIN_S):
+            return delivery if await queries.still_held(self.store, delivery) else None
+        lease = clock.format_instant(now + timedelta(seconds=ATTEMPT_TIMEOUT_S + LEASE_MARGIN_S))
+        return await queries.renew(self.store, delivery, lease=lease)
+
     def _skipped(self, delivery: queries.Claimed) -> None:
         metrics.channel_messages.labels(self.network.name, "out", "superseded").inc()
         logger.info(
-            "%s delivery %s (%s) to %s: not sent, it was ended after it was claimed", self.network.name, delivery.id,
-            delivery.kind, delivery.identity,
+            "%s delivery %s (%s) to %s: not sent, it was ended after it was claimed or its claim ran out and "
+            "another sender took it", self.network.name, delivery.id, delivery.kind, delivery.identity,
             extra={"action": "channel_delivery", "delivery": delivery.id, "status": "superseded"},
         )
 

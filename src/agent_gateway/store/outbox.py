@@ -194,6 +194,8 @@ class Outbox:
             .values(state=sa.bindparam("new_state"), next_attempt_at=sa.bindparam("next_at"), last_error=sa.bindparam("error"))
             .returning(c.id)
         )
+        # A claim's lease moved on, only while the claim is still held (for an attempt that starts late).
+        self._renew = direct.Query(table.update().where(held).values(next_attempt_at=sa.bindparam("lease")).returning(c.id))
         self._next_due = sa.select(sa.func.min(c.next_attempt_at)).where(self.is_open, *self._mine)
 
     def _claim_statement(self, dialect: str, claimed: Sequence[sa.Column[Any]]) -> sa.Update:
@@ -244,6 +246,12 @@ class Outbox:
         async with store.transaction() as conn:
             still_held = bool(await direct.run(conn, statement, **values, **_params(held)))
         return (outcome if still_held else "superseded"), now
+
+    async def renew(self, store: Store, held: Held, *, lease: str) -> bool:
+        """Hold the claimed row until ``lease`` instead, in a transaction of its own; False when its
+        claim was lost meanwhile (its lease ran out and another sender claimed it, or it was closed)."""
+        async with store.transaction() as conn:
+            return bool(await direct.run(conn, self._renew, lease=lease, **_params(held)))
 
     async def next_due(self, conn: AsyncConnection, *, partition: Any = None) -> str | None:
         """When the earliest open row is due (a lease's end for one being sent); None when none is open."""

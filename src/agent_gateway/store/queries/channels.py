@@ -343,6 +343,13 @@ async def record(
     return await _OUTBOX.record(store, claimed.held, error, retry_from=claimed.retry_from, backoff=backoff)
 
 
+async def renew(store: Store, claimed: Claimed, *, lease: str) -> Claimed | None:
+    """``claimed`` held until ``lease`` instead (``store.outbox.Outbox.renew``); None when its claim
+    was lost (its lease ran out and another sender took it, or it was ended: an unlink)."""
+    renewed = await _OUTBOX.renew(store, claimed.held, lease=lease)
+    return dataclasses.replace(claimed, lease=lease) if renewed else None
+
+
 # Whether a claimed delivery is still open and held by its claim; by state first (the state index), as
 # every lookup by id here: the id has no index of its own.
 _STILL_HELD = direct.Query(

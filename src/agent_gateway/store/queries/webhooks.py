@@ -16,7 +16,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from agent_gateway.store import direct, engine, outbox
+from agent_gateway.store import engine, outbox
 from agent_gateway.store.queries import retention
 from agent_gateway.store.outbox import DEAD, DELIVERED, FAILED, OPEN, PENDING, STATES  # noqa: F401 (this area's names)
 from agent_gateway.store.tables import webhook_deliveries as deliveries
@@ -84,29 +84,9 @@ async def claim_due(conn: AsyncConnection, *, url: str, now: str, lease: str, li
     return sorted((Claimed(*row, lease=lease) for row in rows), key=lambda claimed: claimed.position)
 
 
-# A claim's lease moved on, only while the claim is still held: found through the state index as
-# record()'s outcome is (the row's state and its lease name it).
-_RENEW = direct.Query(
-    deliveries.update()
-    .where(
-        deliveries.c.id == sa.bindparam("row_id"),
-        _OUTBOX.is_open,
-        deliveries.c.attempts == sa.bindparam("held_attempts"),
-        deliveries.c.next_attempt_at == sa.bindparam("held_lease"),
-    )
-    .values(next_attempt_at=sa.bindparam("lease"))
-    .returning(deliveries.c.id)
-)
-
-
 async def renew(store: engine.Store, claimed: Claimed, *, lease: str) -> Claimed | None:
-    """``claimed`` held until ``lease`` instead, in a transaction of its own; None when its claim
-    was lost meanwhile (its lease ran out and another sender claimed it, or it was closed)."""
-    held = _held(claimed)
-    async with store.transaction() as conn:
-        renewed = await direct.run(
-            conn, _RENEW, lease=lease, row_id=held.id, held_attempts=held.attempts, held_lease=held.lease
-        )
+    """``claimed`` held until ``lease`` instead (``store.outbox.Outbox.renew``); None when its claim was lost."""
+    renewed = await _OUTBOX.renew(store, _held(claimed), lease=lease)
     return dataclasses.replace(claimed, lease=lease) if renewed else None
 
 
