@@ -645,6 +645,17 @@ class _Key:
         return ENV_PREFIX + "_".join(self.path).upper()
 
 
+
+def _allowed_hosts(section: str, server: str, page: str, note: str = "") -> _Key:
+    """``<section>.allowed_hosts`` of a server without authentication (``http.connections.Hosts``)."""
+    return _Key(
+        (section, "allowed_hosts"), f"{section}_allowed_hosts", _list(_host_name),
+        default="`[]`",
+        doc=f"names {server} may be addressed by in `Host`, besides an IP address, `localhost` and "
+            f"`{section}.listen`'s host{note}, and the hosts of web pages (`Origin`) it answers besides a loopback "
+            f"address, `localhost` and that host: any other is refused, against DNS rebinding (see {page})",
+    )
+
 _KEYS = (
     _Key(("database", "url"), "database_url", _database_url,
          default='`sqlite:///gateway.db`',
@@ -659,12 +670,7 @@ _KEYS = (
     _Key(("agent", "listen"), "agent_listen", _address,
          default='`127.0.0.1:8701`',
          doc='Agent server address; a non-loopback address logs a warning (no authentication!)'),
-    _Key(("agent", "allowed_hosts"), "agent_allowed_hosts", _list(_host_name),
-         default='`[]`',
-         doc='names the Agent server may be addressed by in `Host`, besides an IP address, `localhost` and '
-             '`agent.listen`\'s host, and the hosts of web pages (`Origin`) it answers besides a loopback address, '
-             '`localhost` and that host: any other is refused, against DNS rebinding '
-             '(see [Agent server](/agents/agent-server.md#host-and-origin))'),
+    _allowed_hosts("agent", "the Agent server", "[Agent server](/agents/agent-server.md#host-and-origin)"),
     _Key(("signing", "key_file"), "signing_key_file", _str, is_path=True,
          default='—',
          doc="PKCS#8 PEM private key: the agent's signing identity"),
@@ -766,12 +772,10 @@ _KEYS = (
     _Key(("ops", "listen"), "ops_listen", _optional_address,
          default='`127.0.0.1:8702`',
          doc='the ops listener (`/healthz`, `/readyz`, `/metrics`); `""` turns it (and metrics) off; a non-loopback address logs a warning'),
-    _Key(("ops", "allowed_hosts"), "ops_allowed_hosts", _list(_host_name),
-         default='`[]`',
-         doc='names the ops listener may be addressed by in `Host`, besides an IP address, `localhost` and '
-             '`ops.listen`\'s host (a Prometheus that scrapes it by name needs that name here), and the hosts of web '
-             'pages (`Origin`) it answers besides a loopback address, `localhost` and that host: any other is refused, '
-             'against DNS rebinding (see [Health, metrics and alerts](/operate/health-metrics.md#host-and-origin))'),
+    _allowed_hosts(
+        "ops", "the ops listener", "[Health, metrics and alerts](/operate/health-metrics.md#host-and-origin)",
+        " (a Prometheus that scrapes it by name needs that name here)",
+    ),
     _Key(("log", "format"), "log_format", _log_format,
          default='`text`',
          doc='`text`, or `json`: one JSON object per line (see [Logs](/operate/logs.md))'),

@@ -529,17 +529,21 @@ async def test_a_delivery_is_sent_once_by_two_senders(store: Store) -> None:
     assert sent == sorted(f"answer {n}" for n in range(20))
 
 
-async def test_an_attempt_late_in_its_batch_renews_its_lease_so_no_other_sender_takes_it(store: Store) -> None:
-    """Two answers claimed in one batch; the first's send is slow (the clock moves past the batch's
-    lease meanwhile). The second's lease is renewed before its attempt, so a second sender (after a
-    change of leadership) looking during that attempt finds nothing due: each is sent once."""
+async def two_answers(store: Store) -> None:
+    """A User paired on Matrix and two answers to them in the channel's outbox: "first", "second"."""
     store.channels = frozenset({"matrix"})
     user_id = await linked(store)
     await inbound.record(store, "matrix", inbound.PAIRING, [text()], "s1")
     await send(store, user_id, "first")
     await send(store, user_id, "second")
-    other = FakeNetwork()
-    ahead = Ahead()
+
+
+async def test_an_attempt_late_in_its_batch_renews_its_lease_so_no_other_sender_takes_it(store: Store) -> None:
+    """Two answers claimed in one batch; the first's send is slow (the clock moves past the batch's
+    lease meanwhile). The second's lease is renewed before its attempt, so a second sender (after a
+    change of leadership) looking during that attempt finds nothing due: each is sent once."""
+    await two_answers(store)
+    other, ahead = FakeNetwork(), Ahead()
 
     class SlowThenWatched(FakeNetwork):
         async def send(self, conversation: str, kind: str, text: str, transaction_id: str) -> None:
@@ -565,13 +569,8 @@ async def test_a_delivery_whose_lease_ran_out_and_another_sender_took_is_not_sen
     """The first answer's send is slow, and by the time it is recorded the batch's lease has run out
     and a second sender (after a change of leadership) has claimed and sent the second answer: the
     first sender, coming to it, finds its claim lost and does not send it again."""
-    store.channels = frozenset({"matrix"})
-    user_id = await linked(store)
-    await inbound.record(store, "matrix", inbound.PAIRING, [text()], "s1")
-    await send(store, user_id, "first")
-    await send(store, user_id, "second")
-    other = FakeNetwork()
-    ahead = Ahead()
+    await two_answers(store)
+    other, ahead = FakeNetwork(), Ahead()
     record = queries.record
 
     async def record_then_another_sender(store_, claimed, error, backoff):  # type: ignore[no-untyped-def]
