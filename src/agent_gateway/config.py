@@ -645,7 +645,6 @@ class _Key:
         return ENV_PREFIX + "_".join(self.path).upper()
 
 
-
 def _allowed_hosts(section: str, server: str, page: str, note: str = "") -> _Key:
     """``<section>.allowed_hosts`` of a server without authentication (``http.connections.Hosts``)."""
     return _Key(
@@ -655,6 +654,7 @@ def _allowed_hosts(section: str, server: str, page: str, note: str = "") -> _Key
             f"`{section}.listen`'s host{note}, and the hosts of web pages (`Origin`) it answers besides a loopback "
             f"address, `localhost` and that host: any other is refused, against DNS rebinding (see {page})",
     )
+
 
 _KEYS = (
     _Key(("database", "url"), "database_url", _database_url,
