@@ -18,7 +18,9 @@ from agent_gateway.signals import retention
 from agent_gateway.store.engine import Store
 from agent_gateway.store.queries import channels as queries
 from agent_gateway.store.queries import signals as signal_queries
-from agent_gateway.store.tables import channel_deliveries, channel_pairings, messages as message_rows
+from agent_gateway.store.tables import channel_deliveries, channel_pairings, messages as message_rows, signals as signal_rows
+from agent_gateway.store.tables import channel_conversations as conversation_rows
+from agent_gateway.store.tables import channel_shared_conversations as shared_conversation_rows
 from agent_gateway.users import service as users
 from agent_gateway.users.service import UserNotFound
 from tests.webhooks.test_deliverer_leases import Ahead
@@ -358,6 +360,80 @@ async def test_a_user_who_never_wrote_with_one_identity_gets_a_conversation_open
     async with store.transaction() as conn:
         [held] = await queries.claim_due(conn, channel="matrix", now="9999-01-01T00:00:00.000Z", lease="9999-01-01T00:00:00.000Z", limit=5)
     assert (held.identity, held.conversation, held.user_id) == (ALICE, None, one)
+
+
+async def claimed_conversations(store: Store) -> list[tuple[str | None, str]]:
+    """The (conversation, text) of every delivery, in order."""
+    async with store.transaction() as conn:
+        held = await queries.claim_due(conn, channel="matrix", now="9999-01-01T00:00:00.000Z", lease="9999-01-01T00:00:00.000Z", limit=50)
+    return [(one.conversation, one.text) for one in held]
+
+
+async def handling(store: Store, user_id: str | None, seq: int | None) -> None:
+    """The Signal of ``user_id``'s inbound Message ``seq`` being handled, as the Signal Worker
+    marks it (``processing``), every other one ended; ``seq`` None: none being handled."""
+    async with store.transaction() as conn:
+        found = await conn.execute(sa.select(signal_rows.c.id, signal_rows.c.payload))
+        being = [id for id, payload in found if (payload["userId"], payload["seq"]) == (user_id, seq)]
+        assert seq is None or len(being) == 1
+        await conn.execute(sa.update(signal_rows).values(state=signal_queries.DONE))
+        await conn.execute(sa.update(signal_rows).where(signal_rows.c.id.in_(being)).values(state=signal_queries.PROCESSING))
+
+
+async def test_only_the_answer_to_a_message_in_a_shared_conversation_goes_back_there(store: Store) -> None:
+    """alice asks privately, then mentions the agent in a group room: the answer to her private
+    question (written while its Signal is handled), a message written when nothing of hers is
+    handled (a Schedule's reminder), and one written while another User's Message is handled go
+    to her direct room; only the answer to her group message goes to the group."""
+    store.channels = frozenset({"matrix"})
+    alice, bob = await linked(store), await linked(store, BOB)
+    group = dataclasses.replace(text(words="@agent: and you?", room="!group:x"), shared=True)
+    await inbound.record(store, "matrix", inbound.PAIRING, [text(room="!direct:x"), group, text("@bob:example.org")], "s1")
+    await handling(store, alice, 1)
+    await send(store, alice, "the private answer")
+    await handling(store, None, None)
+    await send(store, alice, "a reminder")
+    await handling(store, bob, 1)
+    await send(store, alice, "while bob is answered")
+    await handling(store, alice, 2)
+    await send(store, alice, "the group's answer")
+    assert await claimed_conversations(store) == [
+        ("!direct:x", "the private answer"), ("!direct:x", "a reminder"), ("!direct:x", "while bob is answered"),
+        ("!group:x", "the group's answer"),
+    ]
+    # Each batch of the Messages' writer reads its Users' routes alike (on PostgreSQL, in the
+    # statement that writes them): a batch of both Users' Messages, alice's group message handled.
+    async with store.transaction() as conn:
+        await messages.append_many(conn, [
+            messages.Draft(bob, messages.OUTBOUND, "to bob"),
+            messages.Draft(alice, messages.OUTBOUND, "the group's second answer"),
+        ])
+    assert (await claimed_conversations(store))[4:] == [(ROOM, "to bob"), ("!group:x", "the group's second answer")]
+
+
+async def test_a_user_who_wrote_only_in_a_shared_conversation_gets_a_private_one_opened(store: Store) -> None:
+    store.channels = frozenset({"matrix"})
+    alice = await linked(store)
+    group = dataclasses.replace(text(room="!group:x"), shared=True)
+    await inbound.record(store, "matrix", inbound.PAIRING, [group], "s1")
+    await send(store, alice, "a reminder")
+    network = FakeNetwork()
+    await sender.Sender(store, network).step()
+    assert network.opened == ["@alice:example.org"]
+    assert [(conversation, words) for conversation, _, words, _ in network.sent] == [("!opened1:example.org", "a reminder")]
+    # The one opened is hers from now on; the group is still answered while its Message is handled.
+    await send(store, alice, "another")
+    await handling(store, alice, 1)
+    await send(store, alice, "the answer")
+    await sender.Sender(store, network).step()
+    assert [(conversation, words) for conversation, _, words, _ in network.sent[1:]] == [
+        ("!opened1:example.org", "another"), ("!group:x", "the answer"),
+    ]
+    # Unlinked: both conversations forgotten.
+    async with store.transaction() as conn:
+        await identities.unlink(conn, alice, ALICE)
+        for table in (conversation_rows, shared_conversation_rows):
+            assert (await conn.execute(sa.select(sa.func.count()).select_from(table))).scalar() == 0
 
 
 async def conversation_of(store: Store, user_id: str) -> queries.Conversation | None:

@@ -348,6 +348,30 @@ async def test_in_a_group_room_only_mentions_are_heard(deployment: Deployment, p
     assert await count(gateway, users) == 1
 
 
+async def test_a_users_other_messages_never_go_to_a_group_room_they_wrote_in(deployment: Deployment, people) -> None:  # type: ignore[no-untyped-def]
+    """alice talks to the agent in a direct room, then mentions it in a group room with bob: the
+    group gets the answer to her mention; what the agent writes her afterwards goes to her direct
+    room, and bob never reads it."""
+    gateway = await deployment.start(matrix_policy="open")
+    alice, bob = people(), people()
+    direct = await alice.direct_room(deployment.agent)
+    await joined(alice, direct, deployment.agent)
+    await alice.say(direct, "privately")
+    await heard_from_agent(alice, direct, deployment.agent, 1)
+    group = await alice.group_room(deployment.agent, bob.user_id)
+    await bob.join(group)
+    await joined(alice, group, deployment.agent)
+    await alice.say(group, f"{deployment.agent}: and in the group?")
+    assert await heard_from_agent(bob, group, deployment.agent, 1) == [("m.text", f"echo: {deployment.agent}: and in the group?")]
+    async with gateway.store.read() as conn:
+        [user_id] = (await conn.execute(sa.select(users.c.id))).scalars()
+    await gateway.messages.send(user_id, "a reminder, for alice only")
+    said = await until(lambda: heard_text(alice, direct, deployment.agent, "a reminder, for alice only"), what="the reminder")
+    assert said == [("m.text", "echo: privately"), ("m.text", "a reminder, for alice only")]
+    await until(lambda: all_delivered(gateway), what="every delivery delivered")
+    assert await bob.heard(group, deployment.agent) == [("m.text", f"echo: {deployment.agent}: and in the group?")]
+
+
 @pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)  # several processes share PostgreSQL only
 async def test_two_processes_never_send_one_delivery_twice(deployment: Deployment, people) -> None:  # type: ignore[no-untyped-def]
     first = await deployment.start()

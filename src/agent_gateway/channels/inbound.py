@@ -47,13 +47,16 @@ class Received:
     """One message a person wrote: who (their address on the channel), where (the conversation
     to answer in), what kind and, for text, the text (never logged); for what cannot be read,
     the reply to send instead (default :data:`ONLY_TEXT`), and whether that reply is said only
-    ``once`` in the conversation, across restarts and processes."""
+    ``once`` in the conversation, across restarts and processes. A ``shared`` conversation is
+    read by others than the person (a Matrix group room): it gets only the answers to what
+    they wrote there (``channels.outbox``)."""
 
     address: str
     conversation: str
     kind: str
     text: str = ""
     once: bool = False
+    shared: bool = False
 
 
 async def take(conn: AsyncConnection, channel: str, policy: str, received: Received) -> str:
@@ -84,7 +87,7 @@ async def take(conn: AsyncConnection, channel: str, policy: str, received: Recei
     message = await messages.receive(conn, user_id, received.text)
     await queries.set_conversation(conn, queries.Conversation(
         user_id, channel, identity, received.conversation, message.seq, message.created_at
-    ))
+    ), shared=received.shared)
     return STORED
 
 

@@ -17,8 +17,9 @@ What the agent does (``docs/operate/channels.md`` says it for operators):
 - A room is direct when its invite said so (``is_direct``) or it has at most
   two members. In a direct room every message is heard; in a larger room only
   those that mention the agent (its user ID in the text, or ``m.mentions``).
-  A heard message is an inbound Message of its sender's User, and the User's
-  answers go to the room of their most recent inbound Message.
+  A heard message is an inbound Message of its sender's User. The answer to a
+  message in a room of more than two members goes back there; everything else
+  the agent writes a User goes to their direct room (``channels.outbox``).
 - Text (``m.text``, ``m.emote``) is read; an image, file, audio or video in a
   direct room gets one polite reply saying only text is read; other events are
   ignored, and the agent's own messages are never taken as input.
@@ -253,7 +254,10 @@ class Matrix(Network):
         if isinstance(event, _TEXT_EVENTS):
             if not direct and not self._mentioned(event):
                 return None
-            return inbound.Received(event.sender, room_id, inbound.TEXT, event.body)
+            # Shared by its members' count, not by is_direct: a direct room others were invited
+            # to later is read by them.
+            shared = room is None or room.member_count > 2
+            return inbound.Received(event.sender, room_id, inbound.TEXT, event.body, shared=shared)
         if isinstance(event, _MEDIA_EVENTS) and direct:
             return inbound.Received(event.sender, room_id, inbound.UNREADABLE)
         if isinstance(event, nio.MegolmEvent) and room_id not in self._told and room_id not in telling:

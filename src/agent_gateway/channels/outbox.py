@@ -1,13 +1,20 @@
 """The channel outbox: what a channel sends is written in the transaction that decides it.
 
 An outbound Message of a User with a channel identity is also sent to that
-User on the channel of their most recent inbound Message: its row is written
-by the Message's own transaction (``messages.service`` calls :func:`add_messages`),
-so a committed Message is always sent and a rolled-back one never is. When that
-most recent inbound Message came through the Public server, or through an
-identity since unlinked from the User, no channel sends it. A User who has
-never written and has exactly one identity gets a conversation opened on it
-(the row names no conversation: the sender opens one). The channel's own words
+User on a channel: its row is written by the Message's own transaction
+(``messages.service`` calls :func:`add_messages`), so a committed Message is
+always sent and a rolled-back one never is. Where (:func:`target`): the answer
+to a Message written in a shared conversation (a Matrix group room), written
+while that Message's Signal is handled, goes back to that conversation; every
+other outbound Message goes to the User alone, in their private conversation
+(a direct room), opened on the identity they last wrote from if they have none.
+Others in a group room never read what the agent writes a User privately, a
+Schedule's reminder or the answer to a question asked in a direct room just
+before a mention in the group. When the User's most recent inbound Message
+came through the Public server, or through an identity since unlinked from
+them, no channel sends it. A User who has never written and has exactly one
+identity gets a conversation opened on it (the row names no conversation: the
+sender opens one). The channel's own words
 (a pairing code, "only text is read") are rows too (:func:`add_notice`),
 written with the read position that saw the message.
 
@@ -38,21 +45,34 @@ def wake(channel: str) -> str:
 def target(route: queries.Route, served: frozenset[str]) -> tuple[str, str, str | None] | None:
     """Where an outbound Message of a User with ``route`` goes: ``(channel, identity,
     conversation or None to open one)``, or None when no channel sends it."""
-    held = route.conversation
-    # Only a conversation on an identity the User still holds: one unlinked from them may be
-    # another User's now (identities.unlink forgets it; one written by an attempt under way as
+    # Only conversations on identities the User still holds: one unlinked from them may be
+    # another User's now (identities.unlink forgets them; one written by an attempt under way as
     # it did is still never used).
-    if held is not None and held.identity in route.identities:
-        # Still the most recent inbound Message's conversation (or, for one the gateway opened,
-        # still none written since)? A Public inbound Message since then takes the User off it.
-        if held.inbound_seq == route.last_inbound_seq and held.channel in served:
-            return held.channel, held.identity, held.conversation
-        return None
-    if route.last_inbound_seq is None and len(route.identities) == 1:
+    private, shared = (
+        held if held is not None and held.identity in route.identities else None
+        for held in (route.conversation, route.shared)
+    )
+    # An answer to the Message written in a shared conversation, while its Signal is handled, goes
+    # back there: everyone in it read the question. Nothing else ever goes there.
+    if shared is not None and route.answering is not None and route.answering == shared.inbound_seq:
+        return _in(shared, served)
+    latest = route.last_inbound_seq
+    # Everything else goes to the User alone, while their most recent inbound Message came by a
+    # channel (a Public one since takes them off it): into their private conversation, or one
+    # opened with the identity they last wrote from in a shared one.
+    if private is not None and latest in (private.inbound_seq, None if shared is None else shared.inbound_seq):
+        return _in(private, served)
+    if shared is not None and latest == shared.inbound_seq:
+        return (shared.channel, shared.identity, None) if shared.channel in served else None
+    if latest is None and len(route.identities) == 1:  # never wrote: a conversation opened
         channel, _ = identities.parse(route.identities[0])
         if channel in served:
             return channel, route.identities[0], None
     return None
+
+
+def _in(held: queries.Conversation, served: frozenset[str]) -> tuple[str, str, str | None] | None:
+    return (held.channel, held.identity, held.conversation) if held.channel in served else None
 
 
 async def add_messages(

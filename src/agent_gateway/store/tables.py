@@ -268,20 +268,27 @@ channel_pairings = sa.Table(
     sa.Index(None, "channel", "expires_at"),
 )
 
-channel_conversations = sa.Table(
-    "channel_conversations",
-    metadata,
-    # Where a User's outbound Messages go: the conversation (Matrix: the room) of their most recent
-    # inbound Message taken from a channel, which is that Message's seq; the outbound path sends
-    # there only while no later inbound Message came through the Public server. A conversation
-    # the gateway opened for a User who never wrote has no seq.
-    sa.Column("user_id", Uuid, sa.ForeignKey("users.id"), primary_key=True),
-    sa.Column("channel", sa.String(32), nullable=False),
-    sa.Column("identity", sa.Text, nullable=False),
-    sa.Column("conversation", sa.Text, nullable=False),
-    sa.Column("inbound_seq", sa.BigInteger, nullable=True),
-    sa.Column("updated_at", Instant, nullable=False),
-)
+
+def conversation_columns() -> list[sa.SchemaItem]:
+    """A User's conversation on a channel (Matrix: a room): the one of their most recent inbound
+    Message taken from a channel in it, with that Message's seq (none for one the gateway opened)."""
+    return [
+        sa.Column("user_id", Uuid, sa.ForeignKey("users.id"), primary_key=True),
+        sa.Column("channel", sa.String(32), nullable=False),
+        sa.Column("identity", sa.Text, nullable=False),
+        sa.Column("conversation", sa.Text, nullable=False),
+        sa.Column("inbound_seq", sa.BigInteger, nullable=True),
+        sa.Column("updated_at", Instant, nullable=False),
+    ]
+
+
+# Where a User's outbound Messages go (channels.outbox.target): their private conversation (a
+# direct room, a Nostr direct message) gets everything, while their most recent inbound Message
+# came by a channel (one through the Public server since takes them off it).
+channel_conversations = sa.Table("channel_conversations", metadata, *conversation_columns())
+# Their shared one (a group room, where others read) gets only the answers to the Message
+# written in it, written while its Signal is handled.
+channel_shared_conversations = sa.Table("channel_shared_conversations", metadata, *conversation_columns())
 
 channel_positions = sa.Table(
     "channel_positions",

@@ -21,6 +21,7 @@ from agent_gateway.store import direct, outbox
 from agent_gateway.store.engine import Store
 from agent_gateway.store.queries import messages as message_queries
 from agent_gateway.store.queries import retention
+from agent_gateway.store.queries import signals as signal_queries
 from agent_gateway.store.outbox import DEAD, DELIVERED, FAILED, OPEN, PENDING, STATES  # noqa: F401 (this area's names)
 from agent_gateway.store.tables import (
     INBOUND_ONLY,
@@ -29,7 +30,9 @@ from agent_gateway.store.tables import (
     channel_identities as identities,
     channel_pairings as pairings,
     channel_positions as positions,
+    channel_shared_conversations as shared_conversations,
     messages,
+    signals,
 )
 
 MESSAGE, NOTICE = "message", "notice"
@@ -159,25 +162,46 @@ class Conversation:
     updated_at: str
 
 
-async def set_conversation(conn: AsyncConnection, conversation: Conversation) -> None:
-    await conn.execute(_upsert(conn, conversations, dataclasses.asdict(conversation), "user_id"))
+async def set_conversation(conn: AsyncConnection, conversation: Conversation, *, shared: bool = False) -> None:
+    """Record ``conversation`` as its User's private one, or with ``shared`` their shared one."""
+    table = shared_conversations if shared else conversations
+    await conn.execute(_upsert(conn, table, dataclasses.asdict(conversation), "user_id"))
 
 
 async def forget_conversation(conn: AsyncConnection, *, user_id: str, identity: str) -> None:
-    """Forget ``user_id``'s conversation when it is on ``identity`` (one of another identity stays)."""
-    await conn.execute(
-        conversations.delete().where(conversations.c.user_id == user_id, conversations.c.identity == identity)
-    )
+    """Forget ``user_id``'s conversations on ``identity`` (one of another identity stays)."""
+    for table in (conversations, shared_conversations):
+        await conn.execute(table.delete().where(table.c.user_id == user_id, table.c.identity == identity))
 
 
 @dataclasses.dataclass(frozen=True)
 class Route:
-    """What decides where a User's outbound Messages go: their conversation on a channel, their
-    most recent inbound Message's seq, and their identities."""
+    """What decides where a User's outbound Messages go: their private and shared conversations
+    on a channel, their most recent inbound Message's seq, the seq of their inbound Message whose
+    Signal is being handled (``answering``: the Runs are serial, so at most one), and their
+    identities."""
 
     conversation: Conversation | None
+    shared: Conversation | None
     last_inbound_seq: int | None
+    answering: int | None
     identities: tuple[str, ...]
+
+
+def _answering_seq(dialect: str) -> sa.ScalarSelect[Any]:
+    """The seq of the User's inbound Message whose Signal is being handled (its payload is the
+    Message's record): one index probe of the Signals ``processing``."""
+    if dialect == "postgresql":
+        record = sa.cast(signals.c.payload, postgresql.JSONB)
+        user_id, seq = record["userId"].astext, sa.cast(record["seq"].astext, sa.BigInteger)
+    else:
+        user_id, seq = sa.func.json_extract(signals.c.payload, "$.userId"), sa.func.json_extract(signals.c.payload, "$.seq")
+    return (
+        sa.select(sa.func.max(seq))
+        .where(signals.c.state == signal_queries.PROCESSING, signals.c.origin == signal_queries.MESSAGE)
+        .where(user_id == identities.c.user_id)
+        .scalar_subquery()
+    )
 
 
 _LAST_INBOUND = (
@@ -185,51 +209,75 @@ _LAST_INBOUND = (
     .where(messages.c.user_id == identities.c.user_id, INBOUND_ONLY)
     .scalar_subquery()
 )
-# One statement (one round trip) on an outbound Message's path: each identity of the Users,
-# with the User's conversation and most recent inbound seq beside it.
+_CONVERSATION_FIELDS = len(conversations.c)
+
+
+def _routes(dialect: str) -> sa.Select[Any]:
+    """One statement (one round trip) on an outbound Message's path: each identity of the Users,
+    with the User's conversations, most recent inbound seq and the seq being answered beside it."""
+    return sa.select(
+        identities.c.user_id, identities.c.identity, *conversations.c, *shared_conversations.c,
+        _LAST_INBOUND, _answering_seq(dialect),
+    ).select_from(
+        identities.outerjoin(conversations, conversations.c.user_id == identities.c.user_id)
+        .outerjoin(shared_conversations, shared_conversations.c.user_id == identities.c.user_id)
+    )
+
+
 # Straight on the driver (store.direct), the Users given as one parameter: a PostgreSQL array,
 # a JSON array on SQLite.
-_ROUTES = (
-    sa.select(identities.c.user_id, identities.c.identity, *conversations.c, _LAST_INBOUND)
-    .select_from(identities.outerjoin(conversations, conversations.c.user_id == identities.c.user_id))
-)
 _ROUTES_OF = {
-    "postgresql": direct.Query(
-        _ROUTES.where(identities.c.user_id == sa.any_(sa.cast(sa.bindparam("user_ids"), postgresql.ARRAY(sa.Text))))
-    ),
-    "sqlite": direct.Query(_ROUTES.where(identities.c.user_id.in_(
+    "postgresql": direct.Query(_routes("postgresql").where(
+        identities.c.user_id == sa.any_(sa.cast(sa.bindparam("user_ids"), postgresql.ARRAY(sa.Text)))
+    )),
+    "sqlite": direct.Query(_routes("sqlite").where(identities.c.user_id.in_(
         sa.select(sa.column("value")).select_from(sa.func.json_each(sa.bindparam("user_ids")))
     ))),
 }
 
 
+def _conversation(fields: Sequence[Any]) -> Conversation | None:
+    """The conversation in a row's ``fields`` (an outer join's: all null for none)."""
+    return None if fields[0] is None else Conversation(*fields)
+
+
+def _route(row: Sequence[Any], names: Sequence[str]) -> Route:
+    """The Route of a row that reads, from its start, a User's private conversation, shared
+    conversation, most recent inbound seq and seq being answered; ``names``: their identities."""
+    n = _CONVERSATION_FIELDS
+    last_inbound, answering = row[2 * n], row[2 * n + 1]
+    return Route(_conversation(row[:n]), _conversation(row[n : 2 * n]), last_inbound, answering, tuple(names))
+
+
 async def routes(conn: AsyncConnection, user_ids: Sequence[str]) -> dict[str, Route]:
     """The :class:`Route` of each User of ``user_ids`` that has an identity (others have none)."""
     linked: dict[str, list[str]] = {}
-    held: dict[str, Conversation | None] = {}
-    last: dict[str, int | None] = {}
+    rest: dict[str, Sequence[Any]] = {}
     given = list(user_ids) if conn.dialect.name == "postgresql" else orjson.dumps(list(user_ids)).decode()
-    for row in await direct.run(conn, _ROUTES_OF[conn.dialect.name], user_ids=given):
-        user_id, name, *conversation, last_seq = row
+    for user_id, name, *fields in await direct.run(conn, _ROUTES_OF[conn.dialect.name], user_ids=given):
         linked.setdefault(user_id, []).append(name)
-        held[user_id] = None if conversation[0] is None else Conversation(*conversation)
-        last[user_id] = last_seq
-    return {user_id: Route(held[user_id], last[user_id], tuple(sorted(names))) for user_id, names in linked.items()}
+        rest[user_id] = fields
+    return {user_id: _route(rest[user_id], sorted(names)) for user_id, names in linked.items()}
 
 
 # On PostgreSQL, the outbound Messages' writer reads their Users' routes in the statement that
 # writes the Messages (store.queries.messages): no round trip of its own. That statement runs
 # after the Users' logs are locked, so it sees every inbound Message committed before; not its
 # own rows, whose inbound ones append_many_routed counts itself.
+_CONVERSATION = ", ".join(f"{{0}}.{column.name}" for column in conversations.c)
 _APPEND_MANY_ROUTED = message_queries.appending_many(
-    "SELECT a.id, a.seq, a.user_id, r.identities, r.last_inbound, "
-    "c.user_id, c.channel, c.identity, c.conversation, c.inbound_seq, c.updated_at "
+    f"SELECT a.id, a.seq, a.user_id, r.identities, {_CONVERSATION.format('c')}, {_CONVERSATION.format('s')}, "
+    "r.last_inbound, r.answering "
     "FROM appended AS a CROSS JOIN woken "
     "LEFT JOIN (SELECT i.user_id, array_agg(i.identity ORDER BY i.identity) AS identities, "
-    "(SELECT max(m.seq) FROM messages AS m WHERE m.user_id = i.user_id AND m.direction = 'inbound') AS last_inbound "
+    "(SELECT max(m.seq) FROM messages AS m WHERE m.user_id = i.user_id AND m.direction = 'inbound') AS last_inbound, "
+    "(SELECT max(CAST(CAST(g.payload AS jsonb) ->> 'seq' AS bigint)) FROM signals AS g "
+    f"WHERE g.state = '{signal_queries.PROCESSING}' AND g.origin = '{signal_queries.MESSAGE}' "
+    "AND CAST(g.payload AS jsonb) ->> 'userId' = i.user_id) AS answering "
     "FROM channel_identities AS i WHERE i.user_id = ANY(:user_ids) GROUP BY i.user_id) AS r "
     "ON r.user_id = a.user_id "
-    "LEFT JOIN channel_conversations AS c ON c.user_id = r.user_id"
+    "LEFT JOIN channel_conversations AS c ON c.user_id = r.user_id "
+    "LEFT JOIN channel_shared_conversations AS s ON s.user_id = r.user_id"
 )
 
 
@@ -241,10 +289,9 @@ async def append_many_routed(
     payloads = message_queries.wakes(conn, rows, wake)
     appended, returned = await message_queries.append_many_postgres(conn, _APPEND_MANY_ROUTED, rows, payloads)
     found: dict[str, Route] = {}
-    for _, _, user_id, names, last_inbound, *conversation in returned:
+    for _, _, user_id, names, *fields in returned:
         if names is not None and user_id not in found:
-            held = None if conversation[0] is None else Conversation(*conversation)
-            found[user_id] = Route(held, last_inbound, tuple(names))
+            found[user_id] = _route(fields, names)
     for message in appended:  # an inbound Message written here is the most recent
         if message is not None and message.direction == "inbound" and message.user_id in found:
             route = found[message.user_id]
