@@ -162,6 +162,19 @@ class Held:
     lease: str
 
 
+class Claim:
+    """An area's claimed delivery (a dataclass with these three among its fields): :attr:`held`
+    names its attempt for :meth:`Outbox.renew` and :meth:`Outbox.record`."""
+
+    id: str
+    attempts: int
+    lease: str
+
+    @property
+    def held(self) -> Held:
+        return Held(self.id, self.attempts, self.lease)
+
+
 class Outbox:
     """The claim, outcome and due-time statements of one outbox ``table``; a claim returns
     ``claimed`` columns (``position`` first, ``attempts`` among them). With a ``partition``

@@ -311,7 +311,7 @@ async def set_read_position(conn: AsyncConnection, *, channel: str, position: st
 
 
 @dataclasses.dataclass(frozen=True)
-class Claimed:
+class Claimed(outbox.Claim):
     """A delivery a channel's sender holds until ``lease``."""
 
     position: int
@@ -327,10 +327,6 @@ class Claimed:
     attempts: int
     retry_from: str
     lease: str
-
-    @property
-    def held(self) -> outbox.Held:
-        return outbox.Held(self.id, self.attempts, self.lease)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -28,7 +28,7 @@ OUTBOX = retention.Outbox(deliveries, closed=(DELIVERED, DEAD), ended=deliveries
 
 
 @dataclasses.dataclass(frozen=True)
-class Claimed:
+class Claimed(outbox.Claim):
     """A delivery a sender holds until ``lease`` (its ``next_attempt_at`` now)."""
 
     position: int
@@ -86,7 +86,7 @@ async def claim_due(conn: AsyncConnection, *, url: str, now: str, lease: str, li
 
 async def renew(store: engine.Store, claimed: Claimed, *, lease: str) -> Claimed | None:
     """``claimed`` held until ``lease`` instead (``store.outbox.Outbox.renew``); None when its claim was lost."""
-    renewed = await _OUTBOX.renew(store, _held(claimed), lease=lease)
+    renewed = await _OUTBOX.renew(store, claimed.held, lease=lease)
     return dataclasses.replace(claimed, lease=lease) if renewed else None
 
 
@@ -95,11 +95,7 @@ async def record(
 ) -> tuple[str, datetime]:
     """Record how the attempt of a claimed delivery went (``store.outbox.Outbox.record``): its
     outcome and when."""
-    return await _OUTBOX.record(store, _held(claimed), error, retry_from=claimed.retry_from, backoff=backoff)
-
-
-def _held(claimed: Claimed) -> outbox.Held:
-    return outbox.Held(claimed.id, claimed.attempts, claimed.lease)
+    return await _OUTBOX.record(store, claimed.held, error, retry_from=claimed.retry_from, backoff=backoff)
 
 
 async def next_due(conn: AsyncConnection, *, url: str) -> str | None:
