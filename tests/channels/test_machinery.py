@@ -436,6 +436,30 @@ async def test_a_user_who_wrote_only_in_a_shared_conversation_gets_a_private_one
             assert (await conn.execute(sa.select(sa.func.count()).select_from(table))).scalar() == 0
 
 
+async def test_a_private_conversation_found_shared_is_no_users_private_one_any_more(store: Store) -> None:
+    """A read that finds a direct room shared (someone invited to it) forgets it as every User's
+    private conversation, in its transaction, before its messages are taken: the next private
+    Message opens another; a message read there now is recorded as shared."""
+    store.channels = frozenset({"matrix"})
+    alice, bob = await linked(store), await linked(store, BOB)
+    await inbound.record(store, "matrix", inbound.PAIRING, [text(room="!direct:x"), text("@bob:example.org", room="!bob:x")], "s1")
+    group = dataclasses.replace(text(words="@agent: hi all", room="!direct:x"), shared=True)
+    await inbound.record(store, "matrix", inbound.PAIRING, [group], "s2", shared=["!direct:x"])
+    assert await conversation_of(store, alice) is None
+    held = await conversation_of(store, bob)
+    assert held is not None and held.conversation == "!bob:x"
+    await send(store, alice, "a reminder")
+    await handling(store, alice, 2)
+    await send(store, alice, "the answer")
+    assert await claimed_conversations(store) == [(None, "a reminder"), ("!direct:x", "the answer")]
+    # Another channel's conversation of the same name is not that room.
+    async with store.transaction() as conn:
+        await queries.set_conversation(conn, queries.Conversation(bob, "nostr", "nostr:" + "b" * 64, "!bob:x", 1, clock.now_iso()))
+    await inbound.record(store, "matrix", inbound.PAIRING, [], "s3", shared=["!bob:x"])
+    held = await conversation_of(store, bob)
+    assert held is not None and held.channel == "nostr"
+
+
 async def conversation_of(store: Store, user_id: str) -> queries.Conversation | None:
     async with store.read() as conn:
         route = (await queries.routes(conn, [user_id])).get(user_id)

@@ -372,6 +372,33 @@ async def test_a_users_other_messages_never_go_to_a_group_room_they_wrote_in(dep
     assert await bob.heard(group, deployment.agent) == [("m.text", f"echo: {deployment.agent}: and in the group?")]
 
 
+async def test_a_direct_room_someone_is_invited_to_is_no_longer_private(deployment: Deployment, people) -> None:  # type: ignore[no-untyped-def]
+    """alice's direct room gets bob as a third member: the answer to her mention there goes
+    there, and a later Message to her opens a new direct room, never read by bob."""
+    gateway = await deployment.start(matrix_policy="open")
+    alice, bob = people(), people()
+    room = await alice.direct_room(deployment.agent)
+    await joined(alice, room, deployment.agent)
+    await alice.say(room, "just us")
+    await heard_from_agent(alice, room, deployment.agent, 1)
+    answer = await alice.client.room_invite(room, bob.user_id)
+    assert isinstance(answer, nio.RoomInviteResponse), answer
+    await bob.join(room)
+    await alice.say(room, f"{deployment.agent}: and now?")
+    await heard_from_agent(bob, room, deployment.agent, 2)
+    async with gateway.store.read() as conn:
+        [user_id] = (await conn.execute(sa.select(users.c.id))).scalars()
+    await gateway.messages.send(user_id, "for alice only")
+    [opened] = await until(alice.invites, what="an invite to a new direct room")
+    await alice.join(opened)
+    assert opened != room
+    assert await heard_from_agent(alice, opened, deployment.agent, 1) == [("m.text", "for alice only")]
+    await until(lambda: all_delivered(gateway), what="every delivery delivered")
+    assert await bob.heard(room, deployment.agent) == [
+        ("m.text", "echo: just us"), ("m.text", f"echo: {deployment.agent}: and now?"),
+    ]
+
+
 @pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)  # several processes share PostgreSQL only
 async def test_two_processes_never_send_one_delivery_twice(deployment: Deployment, people) -> None:  # type: ignore[no-untyped-def]
     first = await deployment.start()

@@ -92,12 +92,15 @@ async def take(conn: AsyncConnection, channel: str, policy: str, received: Recei
 
 
 async def record(
-    store: Store, channel: str, policy: str, read: Sequence[Received], position: str | Callable[[list[str]], str]
+    store: Store, channel: str, policy: str, read: Sequence[Received], position: str | Callable[[list[str]], str],
+    *, shared: Sequence[str] = (),
 ) -> list[str]:
     """Store what one read brought and the position it ends at, in one transaction; the outcomes.
 
     ``position`` may depend on the outcomes (Nostr remembers what each message did): then it
-    is a function of them, called in the transaction (again if it is done again).
+    is a function of them, called in the transaction (again if it is done again). ``shared``:
+    conversations this read found read by others than one person (a direct room someone was
+    invited to): they stop being any User's private conversation, before what was read is taken.
     A lost numbering race (another writer of one of these Users' logs) rolls it all back and
     it is done again; any other failure rolls it back and is raised, the position unchanged.
     """
@@ -105,6 +108,8 @@ async def record(
     while True:
         try:
             async with store.transaction() as conn:
+                if shared:
+                    await queries.forget_private(conn, channel=channel, conversations=shared)
                 outcomes = [await take(conn, channel, policy, received) for received in read]
                 ends = position if isinstance(position, str) else position(outcomes)
                 await queries.set_read_position(conn, channel=channel, position=ends, now=clock.now_iso())

@@ -19,7 +19,8 @@ What the agent does (``docs/operate/channels.md`` says it for operators):
   those that mention the agent (its user ID in the text, or ``m.mentions``).
   A heard message is an inbound Message of its sender's User. The answer to a
   message in a room of more than two members goes back there; everything else
-  the agent writes a User goes to their direct room (``channels.outbox``).
+  the agent writes a User goes to their direct room (``channels.outbox``), and
+  a direct room that gains a third member is no longer one.
 - Text (``m.text``, ``m.emote``) is read; an image, file, audio or video in a
   direct room gets one polite reply saying only text is read; other events are
   ignored, and the agent's own messages are never taken as input.
@@ -105,6 +106,12 @@ def read_token(path: Path) -> str:
     if not token or any(c.isspace() for c in token):
         raise SettingsError(f"{where}: {path} must hold the access token alone")
     return token
+
+
+def _shared(room: nio.MatrixRoom | None) -> bool:
+    """Whether others than one person read ``room``: more than two members (the agent and them),
+    whatever its invite said (a direct room others were invited to later is read by them)."""
+    return room is None or room.member_count > 2
 
 
 class Matrix(Network):
@@ -204,7 +211,10 @@ class Matrix(Network):
                     if received is not None:
                         read.append(received)
         self._catching_up = False
-        await inbound.record(self.store, NAME, self.policy, read, response.next_batch)
+        # A room this sync shows with more than two members is no User's private room any more
+        # (a direct room someone was invited to): their next private Message opens another.
+        shared = [room_id for room_id in response.rooms.join if _shared(client.rooms.get(room_id))]
+        await inbound.record(self.store, NAME, self.policy, read, response.next_batch, shared=shared)
         # Only now: a sync that failed to store is read again, and must tell these rooms again.
         self._told |= telling
 
@@ -254,10 +264,7 @@ class Matrix(Network):
         if isinstance(event, _TEXT_EVENTS):
             if not direct and not self._mentioned(event):
                 return None
-            # Shared by its members' count, not by is_direct: a direct room others were invited
-            # to later is read by them.
-            shared = room is None or room.member_count > 2
-            return inbound.Received(event.sender, room_id, inbound.TEXT, event.body, shared=shared)
+            return inbound.Received(event.sender, room_id, inbound.TEXT, event.body, shared=_shared(room))
         if isinstance(event, _MEDIA_EVENTS) and direct:
             return inbound.Received(event.sender, room_id, inbound.UNREADABLE)
         if isinstance(event, nio.MegolmEvent) and room_id not in self._told and room_id not in telling:

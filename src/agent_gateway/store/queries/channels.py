@@ -25,7 +25,7 @@ from agent_gateway.store.queries import signals as signal_queries
 from agent_gateway.store.outbox import DEAD, DELIVERED, FAILED, OPEN, PENDING, STATES  # noqa: F401 (this area's names)
 from agent_gateway.store.tables import (
     INBOUND_ONLY,
-    channel_conversations as conversations,
+    channel_conversations as private_conversations,
     channel_deliveries as deliveries,
     channel_identities as identities,
     channel_pairings as pairings,
@@ -164,14 +164,21 @@ class Conversation:
 
 async def set_conversation(conn: AsyncConnection, conversation: Conversation, *, shared: bool = False) -> None:
     """Record ``conversation`` as its User's private one, or with ``shared`` their shared one."""
-    table = shared_conversations if shared else conversations
+    table = shared_conversations if shared else private_conversations
     await conn.execute(_upsert(conn, table, dataclasses.asdict(conversation), "user_id"))
 
 
 async def forget_conversation(conn: AsyncConnection, *, user_id: str, identity: str) -> None:
     """Forget ``user_id``'s conversations on ``identity`` (one of another identity stays)."""
-    for table in (conversations, shared_conversations):
+    for table in (private_conversations, shared_conversations):
         await conn.execute(table.delete().where(table.c.user_id == user_id, table.c.identity == identity))
+
+
+async def forget_private(conn: AsyncConnection, *, channel: str, conversations: Sequence[str]) -> None:
+    """Forget every User's private conversation on ``channel`` that is one of ``conversations``."""
+    await conn.execute(private_conversations.delete().where(
+        private_conversations.c.channel == channel, private_conversations.c.conversation.in_(conversations)
+    ))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -209,17 +216,17 @@ _LAST_INBOUND = (
     .where(messages.c.user_id == identities.c.user_id, INBOUND_ONLY)
     .scalar_subquery()
 )
-_CONVERSATION_FIELDS = len(conversations.c)
+_CONVERSATION_FIELDS = len(private_conversations.c)
 
 
 def _routes(dialect: str) -> sa.Select[Any]:
     """One statement (one round trip) on an outbound Message's path: each identity of the Users,
     with the User's conversations, most recent inbound seq and the seq being answered beside it."""
     return sa.select(
-        identities.c.user_id, identities.c.identity, *conversations.c, *shared_conversations.c,
+        identities.c.user_id, identities.c.identity, *private_conversations.c, *shared_conversations.c,
         _LAST_INBOUND, _answering_seq(dialect),
     ).select_from(
-        identities.outerjoin(conversations, conversations.c.user_id == identities.c.user_id)
+        identities.outerjoin(private_conversations, private_conversations.c.user_id == identities.c.user_id)
         .outerjoin(shared_conversations, shared_conversations.c.user_id == identities.c.user_id)
     )
 
@@ -264,7 +271,7 @@ async def routes(conn: AsyncConnection, user_ids: Sequence[str]) -> dict[str, Ro
 # writes the Messages (store.queries.messages): no round trip of its own. That statement runs
 # after the Users' logs are locked, so it sees every inbound Message committed before; not its
 # own rows, whose inbound ones append_many_routed counts itself.
-_CONVERSATION = ", ".join(f"{{0}}.{column.name}" for column in conversations.c)
+_CONVERSATION = ", ".join(f"{{0}}.{column.name}" for column in private_conversations.c)
 _APPEND_MANY_ROUTED = message_queries.appending_many(
     f"SELECT a.id, a.seq, a.user_id, r.identities, {_CONVERSATION.format('c')}, {_CONVERSATION.format('s')}, "
     "r.last_inbound, r.answering "
