@@ -463,7 +463,7 @@ async def test_a_private_conversation_found_shared_is_no_users_private_one_any_m
 async def conversation_of(store: Store, user_id: str) -> queries.Conversation | None:
     async with store.read() as conn:
         route = (await queries.routes(conn, [user_id])).get(user_id)
-    return None if route is None else route.conversation
+    return None if route is None else route.private
 
 
 async def test_an_identity_moved_to_another_user_gets_none_of_the_first_users_answers(store: Store) -> None:

@@ -50,7 +50,7 @@ def target(route: queries.Route, served: frozenset[str]) -> tuple[str, str, str 
     # it did is still never used).
     private, shared = (
         held if held is not None and held.identity in route.identities else None
-        for held in (route.conversation, route.shared)
+        for held in (route.private, route.shared)
     )
     # An answer to the Message written in a shared conversation, while its Signal is handled, goes
     # back there: everyone in it read the question. Nothing else ever goes there.

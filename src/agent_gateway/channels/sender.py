@@ -163,7 +163,7 @@ class Sender(woken.WokenLoop):
             route = (await queries.routes(conn, [delivery.user_id]) if delivery.user_id else {}).get(delivery.user_id or "")
         if delivery.user_id is not None and (route is None or delivery.identity not in route.identities):
             raise SendFailed(f"{delivery.identity} is no longer linked to the User")
-        held = None if route is None else route.conversation
+        held = None if route is None else route.private
         # One on an identity since unlinked from the User (written by an attempt under way at the
         # unlink) is none: replaced below.
         if held is not None and route is not None and held.identity not in route.identities:

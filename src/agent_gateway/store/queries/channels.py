@@ -188,7 +188,7 @@ class Route:
     Signal is being handled (``answering``: the Runs are serial, so at most one), and their
     identities."""
 
-    conversation: Conversation | None
+    private: Conversation | None
     shared: Conversation | None
     last_inbound_seq: int | None
     answering: int | None
