@@ -271,11 +271,11 @@ async def test_an_encrypted_room_is_told_once_that_the_agent_cannot_read_it(  # 
     # read again, it still tells the room.
     real, failed = inbound.record, []
 
-    async def failing_once(store, channel, policy, read, position):  # type: ignore[no-untyped-def]
+    async def failing_once(store, channel, policy, read, position, **more):  # type: ignore[no-untyped-def]
         if not failed and any(received.text == matrix.CANNOT_DECRYPT for received in read):
             failed.append(channel)
             raise ConnectionError("the database went away")
-        return await real(store, channel, policy, read, position)
+        return await real(store, channel, policy, read, position, **more)
 
     monkeypatch.setattr(inbound, "record", failing_once)
     # What an encrypting client sends (no library here can encrypt: the ciphertext is never read).
