@@ -348,24 +348,34 @@ async def test_in_a_group_room_only_mentions_are_heard(deployment: Deployment, p
     assert await count(gateway, users) == 1
 
 
+async def answered_in_a_direct_room(deployment: Deployment, person: Person, words: str) -> str:
+    """A direct room of ``person`` with the agent, where they wrote ``words`` and heard the echo."""
+    room = await person.direct_room(deployment.agent)
+    await joined(person, room, deployment.agent)
+    await person.say(room, words)
+    await heard_from_agent(person, room, deployment.agent, 1)
+    return room
+
+
+async def the_only_user(gateway: Gateway) -> str:
+    async with gateway.store.read() as conn:
+        [user_id] = (await conn.execute(sa.select(users.c.id))).scalars()
+    return user_id
+
+
 async def test_a_users_other_messages_never_go_to_a_group_room_they_wrote_in(deployment: Deployment, people) -> None:  # type: ignore[no-untyped-def]
     """alice talks to the agent in a direct room, then mentions it in a group room with bob: the
     group gets the answer to her mention; what the agent writes her afterwards goes to her direct
     room, and bob never reads it."""
     gateway = await deployment.start(matrix_policy="open")
     alice, bob = people(), people()
-    direct = await alice.direct_room(deployment.agent)
-    await joined(alice, direct, deployment.agent)
-    await alice.say(direct, "privately")
-    await heard_from_agent(alice, direct, deployment.agent, 1)
+    direct = await answered_in_a_direct_room(deployment, alice, "privately")
     group = await alice.group_room(deployment.agent, bob.user_id)
     await bob.join(group)
     await joined(alice, group, deployment.agent)
     await alice.say(group, f"{deployment.agent}: and in the group?")
     assert await heard_from_agent(bob, group, deployment.agent, 1) == [("m.text", f"echo: {deployment.agent}: and in the group?")]
-    async with gateway.store.read() as conn:
-        [user_id] = (await conn.execute(sa.select(users.c.id))).scalars()
-    await gateway.messages.send(user_id, "a reminder, for alice only")
+    await gateway.messages.send(await the_only_user(gateway), "a reminder, for alice only")
     said = await until(lambda: heard_text(alice, direct, deployment.agent, "a reminder, for alice only"), what="the reminder")
     assert said == [("m.text", "echo: privately"), ("m.text", "a reminder, for alice only")]
     await until(lambda: all_delivered(gateway), what="every delivery delivered")
@@ -377,18 +387,13 @@ async def test_a_direct_room_someone_is_invited_to_is_no_longer_private(deployme
     there, and a later Message to her opens a new direct room, never read by bob."""
     gateway = await deployment.start(matrix_policy="open")
     alice, bob = people(), people()
-    room = await alice.direct_room(deployment.agent)
-    await joined(alice, room, deployment.agent)
-    await alice.say(room, "just us")
-    await heard_from_agent(alice, room, deployment.agent, 1)
+    room = await answered_in_a_direct_room(deployment, alice, "just us")
     answer = await alice.client.room_invite(room, bob.user_id)
     assert isinstance(answer, nio.RoomInviteResponse), answer
     await bob.join(room)
     await alice.say(room, f"{deployment.agent}: and now?")
     await heard_from_agent(bob, room, deployment.agent, 2)
-    async with gateway.store.read() as conn:
-        [user_id] = (await conn.execute(sa.select(users.c.id))).scalars()
-    await gateway.messages.send(user_id, "for alice only")
+    await gateway.messages.send(await the_only_user(gateway), "for alice only")
     [opened] = await until(alice.invites, what="an invite to a new direct room")
     await alice.join(opened)
     assert opened != room
