@@ -383,14 +383,15 @@ async def test_a_users_other_messages_never_go_to_a_group_room_they_wrote_in(dep
 
 
 async def test_a_direct_room_someone_is_invited_to_is_no_longer_private(deployment: Deployment, people) -> None:  # type: ignore[no-untyped-def]
-    """alice's direct room gets bob as a third member: the answer to her mention there goes
-    there, and a later Message to her opens a new direct room, never read by bob."""
+    """alice's direct room gets bob as a third member: only mentions are heard there now, the
+    answer to one goes there, and a later Message to her opens a new direct room, never read by bob."""
     gateway = await deployment.start(matrix_policy="open")
     alice, bob = people(), people()
     room = await answered_in_a_direct_room(deployment, alice, "just us")
     answer = await alice.client.room_invite(room, bob.user_id)
     assert isinstance(answer, nio.RoomInviteResponse), answer
     await bob.join(room)
+    await alice.say(room, "bob, this is between us")  # no longer heard: they talk among themselves
     await alice.say(room, f"{deployment.agent}: and now?")
     await heard_from_agent(bob, room, deployment.agent, 2)
     await gateway.messages.send(await the_only_user(gateway), "for alice only")

@@ -14,8 +14,9 @@ What the agent does (``docs/operate/channels.md`` says it for operators):
 
 - It joins every room it is invited to, whatever the policy (the policy
   decides what it hears, not what it joins).
-- A room is direct when its invite said so (``is_direct``) or it has at most
-  two members. In a direct room every message is heard; in a larger room only
+- A room is direct when it has at most two members (the agent and one person,
+  joined or invited; before its members are known, when its invite said
+  ``is_direct``). In a direct room every message is heard; in a larger room only
   those that mention the agent (its user ID in the text, or ``m.mentions``).
   A heard message is an inbound Message of its sender's User. The answer to a
   message in a room of more than two members goes back there; everything else
@@ -128,7 +129,7 @@ class Matrix(Network):
         self.policy = settings.matrix_policy
         self._token = read_token(settings.matrix_access_token_file)
         self._client: nio.AsyncClient | None = None
-        # Rooms whose invite said is_direct (a room of at most two members is direct anyway).
+        # Rooms whose invite said is_direct: direct while their members are not known yet.
         self._direct: set[str] = set()
         # Rooms told the agent cannot read encryption: read from the outbox once per room and process
         # (inbound.take), so that a flood of encrypted events costs one query per room; each added
@@ -244,7 +245,9 @@ class Matrix(Network):
             logger.info("matrix: joined a room it was invited to", extra={"action": "channel_join"})
 
     def _is_direct(self, room_id: str, room: nio.MatrixRoom | None) -> bool:
-        return room_id in self._direct or (room is not None and room.member_count <= 2)
+        # By its members once known: in a direct room others were invited to, the people talking
+        # among themselves are not talking to the agent. Its invite says so only until then.
+        return not _shared(room) if room is not None else room_id in self._direct
 
     def _mentioned(self, event: nio.Event) -> bool:
         content = event.source.get("content", {}) if isinstance(event.source, dict) else {}
