@@ -81,6 +81,23 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> LoadScope
     return None
 
 
+# What tests make under the real /etc (tests/sandbox/test_host_files.py). Removed only when the whole
+# run ends: another worker's sandbox may be starting at any moment with them listed to cover over,
+# and bubblewrap fails to start it when one vanished since (it cannot make the mount point).
+ETC_MADE_BY_TESTS = "agent-gateway-test-"
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    if hasattr(session.config, "workerinput"):
+        return  # a pytest-xdist worker: the controller's session ends after every worker's
+    for path in Path("/etc").glob(f"{ETC_MADE_BY_TESTS}*"):
+        with contextlib.suppress(OSError):
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """An ``e2e`` test starts real gateways: it is a ``processes`` test too (``scripts/test --fast``)."""
     for item in items:

@@ -21,6 +21,7 @@ from agent_gateway import config
 from agent_gateway.config import Address
 from agent_gateway.sandbox import bubblewrap, choose
 from agent_gateway.sandbox.bubblewrap import Sandbox, SandboxError
+from tests.conftest import ETC_MADE_BY_TESTS
 
 pytestmark = pytest.mark.processes
 
@@ -203,30 +204,24 @@ def test_unreadable_lists_what_others_may_not_read_without_following_links(tmp_p
 
 
 @pytest.fixture
-def etc_files() -> Iterator[dict[str, Path]]:
-    """Uniquely named files and a folder under the real /etc (as root only), removed at the end."""
+def etc_files() -> dict[str, Path]:
+    """Uniquely named files and a folder under the real /etc (as root only), removed when the whole
+    run ends (``tests/conftest.py``: other workers' sandboxes may be starting with them listed)."""
     if os.geteuid() != 0:
         pytest.skip("writing under /etc needs root (which is also where it matters)")
-    name = f"agent-gateway-test-{uuid.uuid4().hex}"
+    name = f"{ETC_MADE_BY_TESTS}{uuid.uuid4().hex}"
     made = {
         "private": Path(f"/etc/{name}.private"),
         "public": Path(f"/etc/{name}.public"),
         "folder": Path(f"/etc/{name}.d"),
     }
-    try:
-        for key, mode in (("private", 0o600), ("public", 0o644)):
-            made[key].write_text(f"{key} content\n")
-            made[key].chmod(mode)
-        made["folder"].mkdir(mode=0o700)
-        (made["folder"] / "readable").write_text("inside a private folder\n")
-        (made["folder"] / "readable").chmod(0o644)
-        yield made
-    finally:
-        for key in ("private", "public"):
-            made[key].unlink(missing_ok=True)
-        (made["folder"] / "readable").unlink(missing_ok=True)
-        if made["folder"].exists():
-            made["folder"].rmdir()
+    for key, mode in (("private", 0o600), ("public", 0o644)):
+        made[key].write_text(f"{key} content\n")
+        made[key].chmod(mode)
+    made["folder"].mkdir(mode=0o700)
+    (made["folder"] / "readable").write_text("inside a private folder\n")
+    (made["folder"] / "readable").chmod(0o644)
+    return made
 
 
 def test_the_agent_sees_of_etc_only_what_any_user_may_read(
