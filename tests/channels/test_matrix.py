@@ -18,7 +18,8 @@ from agent_gateway.channels import identities, inbound, matrix, pairing
 from agent_gateway.gateway import Gateway
 from agent_gateway.ops import metrics
 from agent_gateway.store.queries import channels as queries
-from agent_gateway.store.tables import channel_pairings, messages, users
+from agent_gateway.store.queries import signals as signal_queries
+from agent_gateway.store.tables import channel_pairings, messages, signals, users
 from agent_gateway.users import service as users_service
 from tests import servers
 from tests.channels.conftest import Deployment, Person, store_and_kill, until
@@ -363,6 +364,14 @@ async def the_only_user(gateway: Gateway) -> str:
     return user_id
 
 
+async def all_handled(gateway: Gateway) -> bool:
+    """Every Signal handled: an outbound Message written now answers no Message (a Run that is
+    still ``processing``, behind under load or left by a leader that lost its lock, would make it
+    the answer to the one in the group room, which goes there)."""
+    async with gateway.store.read() as conn:
+        return not (await conn.execute(sa.select(signals.c.id).where(signals.c.state.in_([signal_queries.PENDING, signal_queries.PROCESSING])))).first()
+
+
 async def test_a_users_other_messages_never_go_to_a_group_room_they_wrote_in(deployment: Deployment, people) -> None:  # type: ignore[no-untyped-def]
     """alice talks to the agent in a direct room, then mentions it in a group room with bob: the
     group gets the answer to her mention; what the agent writes her afterwards goes to her direct
@@ -375,6 +384,7 @@ async def test_a_users_other_messages_never_go_to_a_group_room_they_wrote_in(dep
     await joined(alice, group, deployment.agent)
     await alice.say(group, f"{deployment.agent}: and in the group?")
     assert await heard_from_agent(bob, group, deployment.agent, 1) == [("m.text", f"echo: {deployment.agent}: and in the group?")]
+    await until(lambda: all_handled(gateway), what="every Signal handled")
     await gateway.messages.send(await the_only_user(gateway), "a reminder, for alice only")
     said = await until(lambda: heard_text(alice, direct, deployment.agent, "a reminder, for alice only"), what="the reminder")
     assert said == [("m.text", "echo: privately"), ("m.text", "a reminder, for alice only")]
@@ -394,6 +404,7 @@ async def test_a_direct_room_someone_is_invited_to_is_no_longer_private(deployme
     await alice.say(room, "bob, this is between us")  # no longer heard: they talk among themselves
     await alice.say(room, f"{deployment.agent}: and now?")
     await heard_from_agent(bob, room, deployment.agent, 2)
+    await until(lambda: all_handled(gateway), what="every Signal handled")
     await gateway.messages.send(await the_only_user(gateway), "for alice only")
     [opened] = await until(alice.invites, what="an invite to a new direct room")
     await alice.join(opened)
