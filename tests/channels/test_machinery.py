@@ -445,7 +445,8 @@ async def test_a_private_conversation_found_shared_is_no_users_private_one_any_m
     await inbound.record(store, "matrix", inbound.PAIRING, [text(room="!direct:x"), text("@bob:example.org", room="!bob:x")], "s1")
     group = dataclasses.replace(text(words="@agent: hi all", room="!direct:x"), shared=True)
     await inbound.record(store, "matrix", inbound.PAIRING, [group], "s2", shared=["!direct:x"])
-    assert await conversation_of(store, alice) is None
+    forgotten = await conversation_of(store, alice)
+    assert forgotten is not None and (forgotten.conversation, forgotten.inbound_seq) == (None, 1)
     held = await conversation_of(store, bob)
     assert held is not None and held.conversation == "!bob:x"
     await send(store, alice, "a reminder")
@@ -458,6 +459,65 @@ async def test_a_private_conversation_found_shared_is_no_users_private_one_any_m
     await inbound.record(store, "matrix", inbound.PAIRING, [], "s3", shared=["!bob:x"])
     held = await conversation_of(store, bob)
     assert held is not None and held.channel == "nostr"
+
+
+async def test_a_user_whose_direct_room_is_found_shared_still_gets_their_messages_on_the_channel(store: Store) -> None:
+    """alice wrote last in her direct room, which is then found shared: what the agent writes her
+    next still goes to Matrix, in a private conversation opened for her (her last Message came by
+    the channel), never to that room."""
+    store.channels = frozenset({"matrix"})
+    alice = await linked(store)
+    await inbound.record(store, "matrix", inbound.PAIRING, [text(room="!direct:x")], "s1")
+    await inbound.record(store, "matrix", inbound.PAIRING, [], "s2", shared=["!direct:x"])
+    await send(store, alice, "later")
+    network = FakeNetwork()
+    await sender.Sender(store, network).step()
+    assert [(conversation, words) for conversation, _, words, _ in network.sent] == [("!opened1:example.org", "later")]
+    held = await conversation_of(store, alice)
+    assert held is not None and (held.conversation, held.inbound_seq) == ("!opened1:example.org", 1)
+    await send(store, alice, "and later")
+    await sender.Sender(store, network).step()
+    assert network.sent[-1][:3] == ("!opened1:example.org", "message", "and later") and len(network.opened) == 1
+
+
+async def test_a_message_queued_for_a_room_found_shared_is_sent_to_a_private_one(store: Store) -> None:
+    """Two Messages written for alice's direct room wait (one of them claimed in a batch behind
+    another); a read then finds the room shared: neither is sent there, both go to a private
+    conversation opened for her. An answer written for the room as her shared conversation stays."""
+    store.channels = frozenset({"matrix"})
+    alice = await linked(store)
+    await inbound.record(store, "matrix", inbound.PAIRING, [text(room="!direct:x")], "s1")
+    await send(store, alice, "queued")
+    await send(store, alice, "claimed behind it")
+    assert await claimed_conversations(store) == [("!direct:x", "queued"), ("!direct:x", "claimed behind it")]
+
+    class FoundSharedWhileSending(FakeNetwork):
+        async def send(self, conversation: str, kind: str, text: str, transaction_id: str) -> None:
+            await super().send(conversation, kind, text, transaction_id)
+            if len(self.sent) == 1:
+                await inbound.record(store, "matrix", inbound.PAIRING, [], "s2", shared=["!direct:x"])
+
+    async with store.transaction() as conn:  # due again: the claims above were the test's own
+        await conn.execute(sa.update(channel_deliveries).values(next_attempt_at="2000-01-01T00:00:00.000Z"))
+    network = FoundSharedWhileSending()
+    await sender.Sender(store, network).step()
+    # The first was under way when the read came; the second, claimed with it, was not yet.
+    assert [(conversation, words) for conversation, _, words, _ in network.sent] == [
+        ("!direct:x", "queued"), ("!opened1:example.org", "claimed behind it")
+    ]
+    held = await conversation_of(store, alice)
+    assert held is not None and held.conversation == "!opened1:example.org"
+    await send(store, alice, "waiting")
+    group = dataclasses.replace(text(words="@agent: and here?", room="!direct:x"), shared=True)
+    await inbound.record(store, "matrix", inbound.PAIRING, [group], "s3", shared=["!direct:x"])
+    await handling(store, alice, 5)  # her log: the first question, three outbound, then this
+    await send(store, alice, "the group's answer")
+    await inbound.record(store, "matrix", inbound.PAIRING, [], "s4", shared=["!direct:x"])
+    await sender.Sender(store, network).step()
+    assert [(conversation, words) for conversation, _, words, _ in network.sent][2:] == [
+        ("!opened1:example.org", "waiting"), ("!direct:x", "the group's answer")
+    ]
+    assert network.opened == ["@alice:example.org"]
 
 
 async def conversation_of(store: Store, user_id: str) -> queries.Conversation | None:

@@ -19,7 +19,13 @@ from agent_gateway.gateway import Gateway
 from agent_gateway.ops import metrics
 from agent_gateway.store.queries import channels as queries
 from agent_gateway.store.queries import signals as signal_queries
-from agent_gateway.store.tables import channel_pairings, messages, signals, users
+from agent_gateway.store.tables import (
+    channel_conversations,
+    channel_pairings,
+    messages,
+    signals,
+    users,
+)
 from agent_gateway.users import service as users_service
 from tests import servers
 from tests.channels.conftest import Deployment, Person, store_and_kill, until
@@ -414,6 +420,33 @@ async def test_a_direct_room_someone_is_invited_to_is_no_longer_private(deployme
     assert await bob.heard(room, deployment.agent) == [
         ("m.text", "echo: just us"), ("m.text", f"echo: {deployment.agent}: and now?"),
     ]
+
+
+async def found_shared(gateway: Gateway, room: str) -> bool:
+    """The gateway has read that ``room`` is no one's private room any more."""
+    async with gateway.store.read() as conn:
+        found = (await conn.execute(sa.select(channel_conversations.c.conversation))).scalars().all()
+    return room not in found
+
+
+async def test_a_user_whose_direct_room_gains_a_member_still_gets_the_agents_messages(deployment: Deployment, people) -> None:  # type: ignore[no-untyped-def]
+    """alice's direct room gets bob, and alice says nothing more: the agent's next Message to her
+    still reaches her on Matrix, in a new direct room, and bob never reads it (before, once the
+    room was found shared, nothing the agent wrote her went to Matrix until she wrote again)."""
+    gateway = await deployment.start(matrix_policy="open")
+    alice, bob = people(), people()
+    room = await answered_in_a_direct_room(deployment, alice, "just us")
+    answer = await alice.client.room_invite(room, bob.user_id)
+    assert isinstance(answer, nio.RoomInviteResponse), answer
+    await bob.join(room)
+    await until(lambda: found_shared(gateway, room), what="the room read as shared")
+    await gateway.messages.send(await the_only_user(gateway), "for alice only")
+    [opened] = await until(alice.invites, what="an invite to a new direct room")
+    await alice.join(opened)
+    assert opened != room
+    assert await heard_from_agent(alice, opened, deployment.agent, 1) == [("m.text", "for alice only")]
+    await until(lambda: all_delivered(gateway), what="every delivery delivered")
+    assert await bob.heard(room, deployment.agent) == [("m.text", "echo: just us")]
 
 
 @pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)  # several processes share PostgreSQL only

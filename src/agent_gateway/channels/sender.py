@@ -16,7 +16,10 @@ dead (``agent-gateway channels deliveries --state dead``).
 
 A delivery without a conversation (a User who never wrote) gets one opened on
 its identity first, recorded as the User's conversation and on the delivery,
-so a retry sends into the same one.
+so a retry sends into the same one. So does one written for a direct room that
+a read has since found shared (someone invited): the read took that room off it
+(``queries.forget_private``), and what was meant for the User alone goes to
+their private conversation instead.
 
 A delivery ended while claimed (its identity unlinked from its User:
 ``channels.identities.unlink``) is not sent when its turn in the batch comes;
@@ -139,12 +142,16 @@ class Sender(woken.WokenLoop):
     async def _hold(self, delivery: queries.Claimed) -> queries.Claimed | None:
         """``delivery``, still open, under a lease that lasts past an attempt begun now: its claim's
         while that has :data:`MIN_MARGIN_S` to spare, else renewed; None when it was ended after it
-        was claimed, or its claim ran out and another sender took it (not to be sent from here too)."""
+        was claimed, or its claim ran out and another sender took it (not to be sent from here too).
+        With its conversation as it is now: a direct room found shared meanwhile is no longer it."""
         now = clock.now()
-        if clock.parse_instant(delivery.lease) - now >= timedelta(seconds=ATTEMPT_TIMEOUT_S + MIN_MARGIN_S):
-            return delivery if await queries.still_held(self.store, delivery) else None
-        lease = clock.format_instant(now + timedelta(seconds=ATTEMPT_TIMEOUT_S + LEASE_MARGIN_S))
-        return await queries.renew(self.store, delivery, lease=lease)
+        if clock.parse_instant(delivery.lease) - now < timedelta(seconds=ATTEMPT_TIMEOUT_S + MIN_MARGIN_S):
+            lease = clock.format_instant(now + timedelta(seconds=ATTEMPT_TIMEOUT_S + LEASE_MARGIN_S))
+            renewed = await queries.renew(self.store, delivery, lease=lease)
+            if renewed is None:
+                return None
+            delivery = renewed
+        return await queries.still_held(self.store, delivery)
 
     def _skipped(self, delivery: queries.Claimed) -> None:
         metrics.channel_messages.labels(self.network.name, "out", "superseded").inc()
@@ -165,10 +172,11 @@ class Sender(woken.WokenLoop):
             raise SendFailed(f"{delivery.identity} is no longer linked to the User")
         held = None if route is None else route.private
         # One on an identity since unlinked from the User (written by an attempt under way at the
-        # unlink) is none: replaced below.
+        # unlink) is none: replaced below. One found shared has no conversation: another is opened
+        # in its place, which keeps its seq (the User's last Message came by this channel).
         if held is not None and route is not None and held.identity not in route.identities:
             held = None
-        if held is not None and held.channel == channel and held.identity == delivery.identity:
+        if held is not None and held.conversation is not None and held.channel == channel and held.identity == delivery.identity:
             conversation = held.conversation
         else:
             _, address = identities.parse(delivery.identity)
@@ -178,8 +186,9 @@ class Sender(woken.WokenLoop):
             )
         async with self.store.transaction() as conn:
             await queries.set_delivery_conversation(conn, id=delivery.id, conversation=conversation)
-            if delivery.user_id is not None and held is None:
+            if delivery.user_id is not None and (held is None or held.conversation is None):
                 await queries.set_conversation(conn, queries.Conversation(
-                    delivery.user_id, channel, delivery.identity, conversation, None, clock.now_iso()
+                    delivery.user_id, channel, delivery.identity, conversation,
+                    None if held is None else held.inbound_seq, clock.now_iso(),
                 ))
         return conversation

@@ -269,14 +269,15 @@ channel_pairings = sa.Table(
 )
 
 
-def conversation_columns() -> list[sa.SchemaItem]:
+def conversation_columns(*, to_open: bool = False) -> list[sa.SchemaItem]:
     """A User's conversation on a channel (Matrix: a room): the one of their most recent inbound
-    Message taken from a channel in it, with that Message's seq (none for one the gateway opened)."""
+    Message taken from a channel in it, with that Message's seq (none for one the gateway opened).
+    ``to_open``: the conversation may be NULL, one to open with the identity."""
     return [
         sa.Column("user_id", Uuid, sa.ForeignKey("users.id"), primary_key=True),
         sa.Column("channel", sa.String(32), nullable=False),
         sa.Column("identity", sa.Text, nullable=False),
-        sa.Column("conversation", sa.Text, nullable=False),
+        sa.Column("conversation", sa.Text, nullable=to_open),
         sa.Column("inbound_seq", sa.BigInteger, nullable=True),
         sa.Column("updated_at", Instant, nullable=False),
     ]
@@ -284,8 +285,9 @@ def conversation_columns() -> list[sa.SchemaItem]:
 
 # Where a User's outbound Messages go (channels.outbox.target): their private conversation (a
 # direct room, a Nostr direct message) gets everything, while their most recent inbound Message
-# came by a channel (one through the Public server since takes them off it).
-channel_conversations = sa.Table("channel_conversations", metadata, *conversation_columns())
+# came by a channel (one through the Public server since takes them off it). A direct room found
+# shared (someone invited to it) stays with its conversation NULL: the next delivery opens another.
+channel_conversations = sa.Table("channel_conversations", metadata, *conversation_columns(to_open=True))
 # Their shared one (a group room, where others read) gets only the answers to the Message
 # written in it, written while its Signal is handled.
 channel_shared_conversations = sa.Table("channel_shared_conversations", metadata, *conversation_columns())

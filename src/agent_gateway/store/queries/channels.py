@@ -157,7 +157,7 @@ class Conversation:
     user_id: str
     channel: str
     identity: str
-    conversation: str
+    conversation: str | None  # None: a private one found shared, another to open (forget_private)
     inbound_seq: int | None
     updated_at: str
 
@@ -175,10 +175,24 @@ async def forget_conversation(conn: AsyncConnection, *, user_id: str, identity: 
 
 
 async def forget_private(conn: AsyncConnection, *, channel: str, conversations: Sequence[str]) -> None:
-    """Forget every User's private conversation on ``channel`` that is one of ``conversations``."""
-    await conn.execute(private_conversations.delete().where(
+    """Forget every User's private conversation on ``channel`` that is one of ``conversations``
+    (the row stays, its conversation NULL: one is opened with its identity at the next delivery, and
+    their most recent inbound Message still counts as come by the channel), and take those
+    conversations off the open deliveries of Messages written for them while they were private:
+    such a delivery opens the User's private conversation when it is sent, never going where
+    others read (an answer written for the User's shared conversation stays)."""
+    await conn.execute(private_conversations.update().where(
         private_conversations.c.channel == channel, private_conversations.c.conversation.in_(conversations)
-    ))
+    ).values(conversation=None))
+    answers_there = sa.select(shared_conversations.c.user_id).where(
+        shared_conversations.c.channel == channel,
+        shared_conversations.c.conversation == deliveries.c.conversation,
+        shared_conversations.c.user_id == deliveries.c.user_id,
+    )
+    await conn.execute(deliveries.update().where(
+        _OUTBOX.is_open, deliveries.c.channel == channel, deliveries.c.kind == MESSAGE,
+        deliveries.c.conversation.in_(conversations), ~answers_there.exists(),
+    ).values(conversation=None))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -400,20 +414,22 @@ async def renew(store: Store, claimed: Claimed, *, lease: str) -> Claimed | None
     return dataclasses.replace(claimed, lease=lease) if renewed else None
 
 
-# Whether a claimed delivery is still open and held by its claim; by state first (the state index), as
-# every lookup by id here: the id has no index of its own.
+# A claimed delivery's conversation as it is now, while it is still open and held by its claim; by
+# state first (the state index), as every lookup by id here: the id has no index of its own.
 _STILL_HELD = direct.Query(
-    sa.select(deliveries.c.position).where(
+    sa.select(deliveries.c.conversation).where(
         _OUTBOX.is_open, deliveries.c.next_attempt_at == sa.bindparam("lease"),
         deliveries.c.id == sa.bindparam("row_id"), deliveries.c.attempts == sa.bindparam("attempts"),
     )
 )
 
 
-async def still_held(store: Store, claimed: Claimed) -> bool:
-    """Whether ``claimed`` is still open and held by its claim (nothing ended it meanwhile, such as
-    an unlink: :func:`end_deliveries`)."""
-    return bool(await store.fetch(_STILL_HELD, lease=claimed.lease, row_id=claimed.id, attempts=claimed.attempts))
+async def still_held(store: Store, claimed: Claimed) -> Claimed | None:
+    """``claimed`` with its conversation as it is now (:func:`forget_private` may have taken it
+    off), while it is still open and held by its claim; None when something ended it meanwhile,
+    such as an unlink (:func:`end_deliveries`)."""
+    found = await store.fetch(_STILL_HELD, lease=claimed.lease, row_id=claimed.id, attempts=claimed.attempts)
+    return dataclasses.replace(claimed, conversation=found[0][0]) if found else None
 
 
 async def end_deliveries(conn: AsyncConnection, *, user_id: str, identity: str, error: str, now: str) -> int:
