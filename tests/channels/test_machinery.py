@@ -136,6 +136,21 @@ async def test_a_stranger_gets_one_code_and_nothing_is_stored(store: Store) -> N
     assert await rows(store, message_rows) == []
 
 
+async def test_a_stranger_who_mentions_the_agent_in_a_group_room_gets_the_code_in_a_direct_one(store: Store) -> None:
+    """The code is sent in a conversation opened with the stranger, never in the group room; no
+    User has a conversation from it."""
+    mention = dataclasses.replace(text(words="@agent: hi", room="!group:x"), shared=True)
+    assert await inbound.record(store, "matrix", inbound.PAIRING, [mention], "s1") == [inbound.PAIRING_REPLY]
+    [request] = await rows(store, channel_pairings)
+    network = FakeNetwork()
+    await sender.Sender(store, network).step()
+    assert network.opened == ["@alice:example.org"]
+    assert [(conversation, kind, words) for conversation, kind, words, _ in network.sent] == [
+        ("!opened1:example.org", "notice", pairing.reply(request.code))
+    ]
+    assert await rows(store, conversation_rows) == [] and await rows(store, shared_conversation_rows) == []
+
+
 async def test_a_code_expires_after_an_hour_and_then_a_new_one_is_sent(store: Store) -> None:
     frozen = clock.FrozenClock("2026-11-28T04:00:00.000Z")
     with clock.use(frozen):

@@ -355,6 +355,45 @@ async def test_in_a_group_room_only_mentions_are_heard(deployment: Deployment, p
     assert await count(gateway, users) == 1
 
 
+async def test_a_stranger_mentioning_the_agent_in_a_group_room_gets_the_code_in_a_direct_one(deployment: Deployment, people) -> None:  # type: ignore[no-untyped-def]
+    """Under pairing, bob (a stranger) mentions the agent in a group room with alice: his code comes
+    in a direct room the agent opens with him; no one in the group reads it."""
+    gateway = await deployment.start()  # pairing, the default
+    alice, bob = people(), people()
+    group = await alice.group_room(deployment.agent, bob.user_id)
+    await bob.join(group)
+    await joined(alice, group, deployment.agent)
+    await bob.say(group, f"{deployment.agent}: may I talk to you?")
+    [opened] = await until(bob.invites, what="an invite to a direct room")
+    await bob.join(opened)
+    [(kind, words)] = await heard_from_agent(bob, opened, deployment.agent, 1)
+    [request] = await pending(gateway)
+    assert (kind, words) == ("m.notice", pairing.reply(request.code))
+    await until(lambda: all_delivered(gateway), what="every delivery delivered")
+    assert await alice.heard(group, deployment.agent) == [] and await bob.heard(group, deployment.agent) == []
+
+
+async def test_a_group_room_down_to_two_members_is_direct_again(deployment: Deployment, people) -> None:  # type: ignore[no-untyped-def]
+    """bob leaves the group room alice made with him and the agent: from then on everything alice
+    writes there is heard, not only mentions, and it is her direct room."""
+    gateway = await deployment.start(matrix_policy="open")
+    alice, bob = people(), people()
+    room = await alice.group_room(deployment.agent, bob.user_id)
+    await bob.join(room)
+    await joined(alice, room, deployment.agent)
+    await alice.say(room, "among ourselves")
+    answer = await bob.client.room_leave(room)
+    assert isinstance(answer, nio.RoomLeaveResponse), answer
+    # A mention is heard either way: once answered, the agent has read past bob's leaving.
+    await alice.say(room, f"{deployment.agent}: still there?")
+    await heard_from_agent(alice, room, deployment.agent, 1)
+    await alice.say(room, "just us now")
+    said = await heard_from_agent(alice, room, deployment.agent, 2)
+    assert said == [("m.text", f"echo: {deployment.agent}: still there?"), ("m.text", "echo: just us now")]
+    await gateway.messages.send(await the_only_user(gateway), "and a reminder")
+    assert (await heard_from_agent(alice, room, deployment.agent, 3))[2] == ("m.text", "and a reminder")
+
+
 async def answered_in_a_direct_room(deployment: Deployment, person: Person, words: str) -> str:
     """A direct room of ``person`` with the agent, where they wrote ``words`` and heard the echo."""
     room = await person.direct_room(deployment.agent)

@@ -72,7 +72,10 @@ async def take(conn: AsyncConnection, channel: str, policy: str, received: Recei
             code = await pairing.request(conn, channel, identity)
             if code is None:
                 return IGNORED
-            await outbox.add_notice(conn, channel, identity, received.conversation, pairing.reply(code.code))
+            # A code is the stranger's own business: written in a group room, it goes to a direct
+            # room opened with them (channels.sender), not to everyone there.
+            where = None if received.shared else received.conversation
+            await outbox.add_notice(conn, channel, identity, where, pairing.reply(code.code))
             return PAIRING_REPLY
         else:
             return IGNORED

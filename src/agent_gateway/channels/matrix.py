@@ -16,7 +16,8 @@ What the agent does (``docs/operate/channels.md`` says it for operators):
   decides what it hears, not what it joins).
 - A room is direct when it has at most two members (the agent and one person,
   joined or invited; before its members are known, when its invite said
-  ``is_direct``). In a direct room every message is heard; in a larger room only
+  ``is_direct``), counted as each message was written: one written before
+  someone left in the same sync counts them. In a direct room every message is heard; in a larger room only
   those that mention the agent (its user ID in the text, or ``m.mentions``).
   A heard message is an inbound Message of its sender's User. The answer to a
   message in a room of more than two members goes back there; everything else
@@ -45,6 +46,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -109,10 +111,35 @@ def read_token(path: Path) -> str:
     return token
 
 
-def _shared(room: nio.MatrixRoom | None) -> bool:
-    """Whether others than one person read ``room``: more than two members (the agent and them),
-    whatever its invite said (a direct room others were invited to later is read by them)."""
-    return room is None or room.member_count > 2
+def _shared(members: int | None) -> bool:
+    """Whether others than one person read a room of ``members`` (None: not known): more than two
+    members (the agent and them), whatever its invite said (a direct room others were invited to
+    later is read by them)."""
+    return members is None or members > 2
+
+
+# The memberships that count a room's member (nio's member_count counts the invited too).
+_MEMBERS = frozenset({"join", "invite"})
+
+
+def _members(room: nio.MatrixRoom | None) -> int | None:
+    """``room``'s members (joined and invited) once a sync is applied; None: not known."""
+    return None if room is None else room.member_count
+
+
+def _members_at(room: nio.MatrixRoom | None, events: Sequence[Any]) -> list[int | None]:
+    """The room's members as each of a sync's timeline ``events`` was written: its count once the
+    sync is applied, less what the timeline's membership changes after that event did. So a
+    message written before someone left in the same sync counts them, and one written before an
+    invite does not."""
+    members = _members(room)
+    found: list[int | None] = [None] * len(events)
+    for index in range(len(events) - 1, -1, -1):
+        found[index] = members
+        event = events[index]
+        if members is not None and isinstance(event, nio.RoomMemberEvent):
+            members -= (event.membership in _MEMBERS) - (event.prev_membership in _MEMBERS)
+    return found
 
 
 class Matrix(Network):
@@ -199,7 +226,7 @@ class Matrix(Network):
         telling: set[str] = set()
         if not self._catching_up:
             for room_id, joined in response.rooms.join.items():
-                room = client.rooms.get(room_id)
+                members = _members_at(client.rooms.get(room_id), joined.timeline.events)
                 events = self._since_joined(joined.timeline.events)
                 if joined.timeline.limited and len(events) == len(joined.timeline.events):
                     # A gap in a room joined before (a newly joined one's gap is its history).
@@ -207,14 +234,14 @@ class Matrix(Network):
                         "matrix: more than %d events in one room since the last sync; the older ones are not read",
                         TIMELINE_LIMIT, extra={"action": "channel_read_limited"},
                     )
-                for event in events:
-                    received = self._received(room_id, room, event, telling)
+                for event, at in zip(events, members[len(members) - len(events):], strict=True):
+                    received = self._received(room_id, at, event, telling)
                     if received is not None:
                         read.append(received)
         self._catching_up = False
         # A room this sync shows with more than two members is no User's private room any more
         # (a direct room someone was invited to): their next private Message opens another.
-        shared = [room_id for room_id in response.rooms.join if _shared(client.rooms.get(room_id))]
+        shared = [room_id for room_id in response.rooms.join if _shared(_members(client.rooms.get(room_id)))]
         await inbound.record(self.store, NAME, self.policy, read, response.next_batch, shared=shared)
         # Only now: a sync that failed to store is read again, and must tell these rooms again.
         self._told |= telling
@@ -244,10 +271,10 @@ class Matrix(Network):
         else:
             logger.info("matrix: joined a room it was invited to", extra={"action": "channel_join"})
 
-    def _is_direct(self, room_id: str, room: nio.MatrixRoom | None) -> bool:
+    def _is_direct(self, room_id: str, members: int | None) -> bool:
         # By its members once known: in a direct room others were invited to, the people talking
         # among themselves are not talking to the agent. Its invite says so only until then.
-        return not _shared(room) if room is not None else room_id in self._direct
+        return not _shared(members) if members is not None else room_id in self._direct
 
     def _mentioned(self, event: nio.Event) -> bool:
         content = event.source.get("content", {}) if isinstance(event.source, dict) else {}
@@ -257,17 +284,18 @@ class Matrix(Network):
         return any(self.user_id in str(content.get(key) or "") for key in ("body", "formatted_body"))
 
     def _received(
-        self, room_id: str, room: nio.MatrixRoom | None, event: nio.Event, telling: set[str]
+        self, room_id: str, members: int | None, event: nio.Event, telling: set[str]
     ) -> inbound.Received | None:
-        """What the machinery takes from one timeline event; None for what is ignored. A room told
-        it cannot read encryption by this sync is added to ``telling``."""
+        """What the machinery takes from one timeline event, written in a room of ``members``
+        (None: not known); None for what is ignored. A room told it cannot read encryption by
+        this sync is added to ``telling``."""
         if event.sender == self.user_id:
             return None  # never a loop: the agent's own messages are not input
-        direct = self._is_direct(room_id, room)
+        direct = self._is_direct(room_id, members)
         if isinstance(event, _TEXT_EVENTS):
             if not direct and not self._mentioned(event):
                 return None
-            return inbound.Received(event.sender, room_id, inbound.TEXT, event.body, shared=_shared(room))
+            return inbound.Received(event.sender, room_id, inbound.TEXT, event.body, shared=_shared(members))
         if isinstance(event, _MEDIA_EVENTS) and direct:
             return inbound.Received(event.sender, room_id, inbound.UNREADABLE)
         if isinstance(event, nio.MegolmEvent) and room_id not in self._told and room_id not in telling:

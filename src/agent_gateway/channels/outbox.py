@@ -99,8 +99,9 @@ async def add_messages(
     await _insert(conn, rows)
 
 
-async def add_notice(conn: AsyncConnection, channel: str, identity: str, conversation: str, text: str) -> None:
-    """Record a delivery of the channel's own ``text`` (an ``m.notice`` on Matrix) in ``conversation``."""
+async def add_notice(conn: AsyncConnection, channel: str, identity: str, conversation: str | None, text: str) -> None:
+    """Record a delivery of the channel's own ``text`` (an ``m.notice`` on Matrix) in ``conversation``;
+    None: in one opened with ``identity`` when it is sent."""
     await _insert(conn, [_row(channel, identity, conversation, queries.NOTICE, None, None, text, clock.now_iso())])
 
 
