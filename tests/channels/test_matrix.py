@@ -342,12 +342,18 @@ async def test_an_identity_moved_to_another_user_never_gets_the_first_users_answ
     assert await log_of(gateway, second) == [("inbound", "who am I now?"), ("outbound", "echo: who am I now?")]
 
 
-async def test_in_a_group_room_only_mentions_are_heard(deployment: Deployment, people) -> None:  # type: ignore[no-untyped-def]
-    gateway = await deployment.start(matrix_policy="open")
-    alice, bob = people(), people()
+async def group_room(deployment: Deployment, alice: Person, bob: Person) -> str:
+    """A room alice made with bob and the agent, all three joined."""
     room = await alice.group_room(deployment.agent, bob.user_id)
     await bob.join(room)
     await joined(alice, room, deployment.agent)
+    return room
+
+
+async def test_in_a_group_room_only_mentions_are_heard(deployment: Deployment, people) -> None:  # type: ignore[no-untyped-def]
+    gateway = await deployment.start(matrix_policy="open")
+    alice, bob = people(), people()
+    room = await group_room(deployment, alice, bob)
     await alice.say(room, "just talking among ourselves")
     await alice.say(room, f"{deployment.agent}: what do you think?")
     said = await heard_from_agent(alice, room, deployment.agent, 1)
@@ -360,9 +366,7 @@ async def test_a_stranger_mentioning_the_agent_in_a_group_room_gets_the_code_in_
     in a direct room the agent opens with him; no one in the group reads it."""
     gateway = await deployment.start()  # pairing, the default
     alice, bob = people(), people()
-    group = await alice.group_room(deployment.agent, bob.user_id)
-    await bob.join(group)
-    await joined(alice, group, deployment.agent)
+    group = await group_room(deployment, alice, bob)
     await bob.say(group, f"{deployment.agent}: may I talk to you?")
     [opened] = await until(bob.invites, what="an invite to a direct room")
     await bob.join(opened)
@@ -378,9 +382,7 @@ async def test_a_group_room_down_to_two_members_is_direct_again(deployment: Depl
     writes there is heard, not only mentions, and it is her direct room."""
     gateway = await deployment.start(matrix_policy="open")
     alice, bob = people(), people()
-    room = await alice.group_room(deployment.agent, bob.user_id)
-    await bob.join(room)
-    await joined(alice, room, deployment.agent)
+    room = await group_room(deployment, alice, bob)
     await alice.say(room, "among ourselves")
     answer = await bob.client.room_leave(room)
     assert isinstance(answer, nio.RoomLeaveResponse), answer
@@ -424,9 +426,7 @@ async def test_a_users_other_messages_never_go_to_a_group_room_they_wrote_in(dep
     gateway = await deployment.start(matrix_policy="open")
     alice, bob = people(), people()
     direct = await answered_in_a_direct_room(deployment, alice, "privately")
-    group = await alice.group_room(deployment.agent, bob.user_id)
-    await bob.join(group)
-    await joined(alice, group, deployment.agent)
+    group = await group_room(deployment, alice, bob)
     await alice.say(group, f"{deployment.agent}: and in the group?")
     assert await heard_from_agent(bob, group, deployment.agent, 1) == [("m.text", f"echo: {deployment.agent}: and in the group?")]
     await until(lambda: all_handled(gateway), what="every Signal handled")
@@ -437,25 +437,36 @@ async def test_a_users_other_messages_never_go_to_a_group_room_they_wrote_in(dep
     assert await bob.heard(group, deployment.agent) == [("m.text", f"echo: {deployment.agent}: and in the group?")]
 
 
+async def invite(alice: Person, bob: Person, room: str) -> None:
+    """bob invited into alice's ``room``, and joined."""
+    answer = await alice.client.room_invite(room, bob.user_id)
+    assert isinstance(answer, nio.RoomInviteResponse), answer
+    await bob.join(room)
+
+
+async def sent_in_a_new_direct_room(deployment: Deployment, gateway: Gateway, alice: Person, room: str, words: str) -> None:
+    """The operator's Message ``words`` to alice (the only User) opens a direct room other than
+    ``room``, where she reads it; every delivery delivered after."""
+    await gateway.messages.send(await the_only_user(gateway), words)
+    [opened] = await until(alice.invites, what="an invite to a new direct room")
+    await alice.join(opened)
+    assert opened != room
+    assert await heard_from_agent(alice, opened, deployment.agent, 1) == [("m.text", words)]
+    await until(lambda: all_delivered(gateway), what="every delivery delivered")
+
+
 async def test_a_direct_room_someone_is_invited_to_is_no_longer_private(deployment: Deployment, people) -> None:  # type: ignore[no-untyped-def]
     """alice's direct room gets bob as a third member: only mentions are heard there now, the
     answer to one goes there, and a later Message to her opens a new direct room, never read by bob."""
     gateway = await deployment.start(matrix_policy="open")
     alice, bob = people(), people()
     room = await answered_in_a_direct_room(deployment, alice, "just us")
-    answer = await alice.client.room_invite(room, bob.user_id)
-    assert isinstance(answer, nio.RoomInviteResponse), answer
-    await bob.join(room)
+    await invite(alice, bob, room)
     await alice.say(room, "bob, this is between us")  # no longer heard: they talk among themselves
     await alice.say(room, f"{deployment.agent}: and now?")
     await heard_from_agent(bob, room, deployment.agent, 2)
     await until(lambda: all_handled(gateway), what="every Signal handled")
-    await gateway.messages.send(await the_only_user(gateway), "for alice only")
-    [opened] = await until(alice.invites, what="an invite to a new direct room")
-    await alice.join(opened)
-    assert opened != room
-    assert await heard_from_agent(alice, opened, deployment.agent, 1) == [("m.text", "for alice only")]
-    await until(lambda: all_delivered(gateway), what="every delivery delivered")
+    await sent_in_a_new_direct_room(deployment, gateway, alice, room, "for alice only")
     assert await bob.heard(room, deployment.agent) == [
         ("m.text", "echo: just us"), ("m.text", f"echo: {deployment.agent}: and now?"),
     ]
@@ -475,16 +486,9 @@ async def test_a_user_whose_direct_room_gains_a_member_still_gets_the_agents_mes
     gateway = await deployment.start(matrix_policy="open")
     alice, bob = people(), people()
     room = await answered_in_a_direct_room(deployment, alice, "just us")
-    answer = await alice.client.room_invite(room, bob.user_id)
-    assert isinstance(answer, nio.RoomInviteResponse), answer
-    await bob.join(room)
+    await invite(alice, bob, room)
     await until(lambda: found_shared(gateway, room), what="the room read as shared")
-    await gateway.messages.send(await the_only_user(gateway), "for alice only")
-    [opened] = await until(alice.invites, what="an invite to a new direct room")
-    await alice.join(opened)
-    assert opened != room
-    assert await heard_from_agent(alice, opened, deployment.agent, 1) == [("m.text", "for alice only")]
-    await until(lambda: all_delivered(gateway), what="every delivery delivered")
+    await sent_in_a_new_direct_room(deployment, gateway, alice, room, "for alice only")
     assert await bob.heard(room, deployment.agent) == [("m.text", "echo: just us")]
 
 
