@@ -119,7 +119,7 @@ async def drain(url: str, workdir: Path, count: int, command: tuple[str, ...] | 
     await gateway.start(migrate_first=False)
     unfinished = sa.select(sa.func.count()).where(signals.c.state.in_(("pending", "processing")))
     # Timed by the Runs' own instants, from the first start to the last end: on PostgreSQL a
-    # new leader waits 3 * leadership.CHECK_S before working, which is not the drain.
+    # new leader waits leadership.TAKEOVER_WAIT * leadership.CHECK_S before working, which is not the drain.
     span = sa.select(sa.func.min(runs.c.started_at), sa.func.max(runs.c.ended_at))
     try:
         while True:

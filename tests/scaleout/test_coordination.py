@@ -133,11 +133,15 @@ class Relay:
     bytes are passed on, its end is not), as when the ending backend is slow to exit.
     :meth:`freeze`: the sessions open now stop passing anything either way, as behind a
     network that drops everything; sessions opened afterwards pass as usual.
+    ``late_s``: while set, what the server sends is passed on that much later, as from a database
+    or a host busy for a moment; :attr:`answered` counts what it sent.
     """
 
     def __init__(self, database_url: str, *, hold_ends: bool = False) -> None:
         self.target = urlsplit(engine.libpq_dsn(database_url))
         self.hold_ends = hold_ends
+        self.late_s = 0.0
+        self.answered = 0
         self._server: asyncio.Server | None = None
         self._pipes: set[asyncio.Task[None]] = set()
         self._writers: list[asyncio.StreamWriter] = []
@@ -164,16 +168,20 @@ class Relay:
     async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         upstream_reader, upstream_writer = await asyncio.open_connection(self.target.hostname, self.target.port)
         self._writers += [writer, upstream_writer]
-        for source, target, holds in ((reader, upstream_writer, False), (upstream_reader, writer, self.hold_ends)):
-            pipe = asyncio.create_task(self._pipe(source, target, holds))
+        for source, target, answers in ((reader, upstream_writer, False), (upstream_reader, writer, True)):
+            pipe = asyncio.create_task(self._pipe(source, target, answers))
             self._pipes.add(pipe)
             pipe.add_done_callback(self._pipes.discard)
 
-    @staticmethod
-    async def _pipe(source: asyncio.StreamReader, target: asyncio.StreamWriter, holds: bool) -> None:
+    async def _pipe(self, source: asyncio.StreamReader, target: asyncio.StreamWriter, answers: bool) -> None:
+        """``answers``: the server's side, which ``late_s`` and ``hold_ends`` apply to."""
+        holds = answers and self.hold_ends
         with contextlib.suppress(OSError):
             while data := await source.read(65536):
+                if answers and self.late_s:
+                    await asyncio.sleep(self.late_s)
                 target.write(data)
+                self.answered += answers
                 await target.drain()
             if not holds:
                 target.close()
@@ -214,6 +222,39 @@ async def test_a_lock_session_ended_between_two_checks_is_lost_leadership_and_it
         await terminate_lock_sessions(database_url)
         await _until(lambda: terms > 1 or leading.done())
         assert not leading.done(), leading.exception()
+    finally:
+        leading.cancel()
+        await asyncio.gather(leading, return_exceptions=True)
+        await store.close()
+        await relay.close()
+
+
+@postgresql_only
+async def test_a_lock_connection_slow_to_answer_for_a_moment_keeps_its_leader(
+    database_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Checks answered two checks' time late (a database or a host busy for a moment) are not a
+    lost connection: the leader's work goes on, never restarted. Before, a check had one check's
+    time to answer, and such a moment cancelled the work (failing the Signal of its Run)."""
+    check_s = 0.5
+    relay = Relay(database_url)
+    store = Store(await relay.start())
+    terms = 0
+
+    async def work() -> None:
+        nonlocal terms
+        terms += 1
+        await asyncio.Event().wait()  # leads until cancelled
+
+    leading = asyncio.create_task(leadership.lead(store, "test-role", work, retry_s=0.1, check_s=check_s))
+    try:
+        await _until(lambda: terms == 1)
+        relay.late_s = 2 * check_s
+        answered = relay.answered
+        await _until(lambda: relay.answered >= answered + 3)  # three checks answered late
+        relay.late_s = 0.0
+        assert terms == 1 and not leading.done()
+        assert "lost the lock connection" not in caplog.text
     finally:
         leading.cancel()
         await asyncio.gather(leading, return_exceptions=True)

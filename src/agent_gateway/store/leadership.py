@@ -4,10 +4,14 @@ On PostgreSQL the leader holds a session advisory lock on a dedicated
 connection. Every other process is a hot standby that retries the lock every
 ``retry_s``; when the leader's connection dies (process killed, host lost) the
 server releases the lock and a standby takes over. A leader checks its lock
-connection every ``check_s`` and stops its work as soon as a check fails, since
-another process may lead by then; a new leader waits ``3 * check_s`` before it
-starts, so an old leader that lost its connection (rather than died) has
-noticed and stopped first, and the two never work at once. Losing the
+connection every ``check_s`` and stops its work as soon as a check fails or has
+no answer within ``CHECK_TIMEOUT`` checks' time, since another process may lead
+by then; a new leader waits ``TAKEOVER_WAIT`` checks' time before it starts,
+longer than both together, so an old leader that lost its connection (rather
+than died) has noticed and stopped first, and the two never work at once. A
+check's answer may be slow without the connection being lost (a database or a
+host busy for a moment): the timeout is four checks long, so such a moment
+does not cost the leader its Run, whose Signal would be failed. Losing the
 database or the lock connection (an error, a hang past ``DATABASE_TIMEOUT_S``,
 a session the server ended) sends a process back to standing by: it never
 gives up leading for good. Nor does the work failing: it runs under
@@ -33,7 +37,11 @@ from agent_gateway.store.unavailable import CONNECTION_LOST
 logger = logging.getLogger(__name__)
 
 RETRY_S = 0.5
-CHECK_S = 0.5
+CHECK_S = 0.25
+# In checks (check_s): how long a check may take to answer, and how long a new leader waits
+# before working, which must exceed one check's interval and timeout together.
+CHECK_TIMEOUT = 4
+TAKEOVER_WAIT = 6
 # Connecting and asking for the lock give up after this long, and the standby starts over:
 # a connection that hangs there would otherwise keep this process from ever leading.
 DATABASE_TIMEOUT_S = 10.0
@@ -73,7 +81,7 @@ async def lead(
             conn = await asyncpg.connect(libpq_dsn(store.url), timeout=DATABASE_TIMEOUT_S)
             while not await conn.fetchval("SELECT pg_try_advisory_lock($1)", key, timeout=DATABASE_TIMEOUT_S):
                 await asyncio.sleep(retry_s)
-            await asyncio.sleep(3 * check_s)
+            await asyncio.sleep(TAKEOVER_WAIT * check_s)
             logger.info("leading %s", name, extra={"action": "leadership_acquired"})
             if await _work_while_leading(conn, supervised, check_s):
                 return
@@ -96,7 +104,7 @@ async def _work_while_leading(conn: asyncpg.Connection, work: Callable[[], Await
                 task.result()
                 return True
             try:
-                async with asyncio.timeout(check_s):
+                async with asyncio.timeout(CHECK_TIMEOUT * check_s):
                     await conn.execute("SELECT 1")
             except _LOST:
                 return False
