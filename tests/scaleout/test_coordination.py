@@ -164,6 +164,11 @@ class Relay:
         await asyncio.gather(*self._pipes, return_exceptions=True)
         for writer in self._writers:
             writer.close()
+        # A transport closes its socket on a later turn of the loop: waited for here, so that none
+        # is left to the garbage collector once this test's loop is gone (a ResourceWarning
+        # failing whichever test runs next in this worker).
+        await asyncio.gather(*(writer.wait_closed() for writer in self._writers), return_exceptions=True)
+        await self._server.wait_closed()
 
     async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         upstream_reader, upstream_writer = await asyncio.open_connection(self.target.hostname, self.target.port)
