@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+from collections.abc import AsyncIterator
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
@@ -205,6 +207,34 @@ async def _lock_attempts(database_url: str) -> int:
         await conn.close()
 
 
+@dataclasses.dataclass
+class Leader:
+    """A process leading "test-role": its work leads until cancelled and counts its terms."""
+
+    task: asyncio.Task[None] | None = None
+    terms: int = 0
+
+
+@contextlib.asynccontextmanager
+async def leader_through(relay: Relay, *, check_s: float) -> AsyncIterator[Leader]:
+    """A :class:`Leader` whose connections go through ``relay``; stopped, and the relay closed, after."""
+    store = Store(await relay.start())
+    leader = Leader()
+
+    async def work() -> None:
+        leader.terms += 1
+        await asyncio.Event().wait()
+
+    leader.task = asyncio.create_task(leadership.lead(store, "test-role", work, retry_s=0.1, check_s=check_s))
+    try:
+        yield leader
+    finally:
+        leader.task.cancel()
+        await asyncio.gather(leader.task, return_exceptions=True)
+        await store.close()
+        await relay.close()
+
+
 @postgresql_only
 async def test_a_lock_session_ended_between_two_checks_is_lost_leadership_and_it_leads_again(
     database_url: str,
@@ -212,26 +242,12 @@ async def test_a_lock_session_ended_between_two_checks_is_lost_leadership_and_it
     """The server's FATAL reaches the leader before the end of its socket (a backend slow to
     exit, under load): asyncpg's next statement then raises InternalClientError, which must
     send the process back to standing by like any lost lock, not end its leading for good."""
-    relay = Relay(database_url, hold_ends=True)
-    store = Store(await relay.start())
-    terms = 0
-
-    async def work() -> None:
-        nonlocal terms
-        terms += 1
-        await asyncio.Event().wait()  # leads until cancelled
-
-    leading = asyncio.create_task(leadership.lead(store, "test-role", work, retry_s=0.1, check_s=0.1))
-    try:
-        await _until(lambda: terms == 1)
+    async with leader_through(Relay(database_url, hold_ends=True), check_s=0.1) as leader:
+        assert leader.task is not None
+        await _until(lambda: leader.terms == 1)
         await terminate_lock_sessions(database_url)
-        await _until(lambda: terms > 1 or leading.done())
-        assert not leading.done(), leading.exception()
-    finally:
-        leading.cancel()
-        await asyncio.gather(leading, return_exceptions=True)
-        await store.close()
-        await relay.close()
+        await _until(lambda: leader.terms > 1 or leader.task.done())
+        assert not leader.task.done(), leader.task.exception()
 
 
 @postgresql_only
@@ -243,28 +259,15 @@ async def test_a_lock_connection_slow_to_answer_for_a_moment_keeps_its_leader(
     time to answer, and such a moment cancelled the work (failing the Signal of its Run)."""
     check_s = 0.5
     relay = Relay(database_url)
-    store = Store(await relay.start())
-    terms = 0
-
-    async def work() -> None:
-        nonlocal terms
-        terms += 1
-        await asyncio.Event().wait()  # leads until cancelled
-
-    leading = asyncio.create_task(leadership.lead(store, "test-role", work, retry_s=0.1, check_s=check_s))
-    try:
-        await _until(lambda: terms == 1)
+    async with leader_through(relay, check_s=check_s) as leader:
+        assert leader.task is not None
+        await _until(lambda: leader.terms == 1)
         relay.late_s = 2 * check_s
         answered = relay.answered
         await _until(lambda: relay.answered >= answered + 3)  # three checks answered late
         relay.late_s = 0.0
-        assert terms == 1 and not leading.done()
+        assert leader.terms == 1 and not leader.task.done()
         assert "lost the lock connection" not in caplog.text
-    finally:
-        leading.cancel()
-        await asyncio.gather(leading, return_exceptions=True)
-        await store.close()
-        await relay.close()
 
 
 @postgresql_only
