@@ -18,8 +18,8 @@ What the agent does (``docs/operate/channels.md`` says it for operators):
   joined or invited; before its members are known, when its invite said
   ``is_direct``), counted as each message was written: one written before
   someone left in the same sync counts them. In a direct room every message is
-  heard; in a larger room only those that mention the agent (its user ID in the text, or ``m.mentions``).
-  A heard message is an inbound Message of its sender's User. The answer to a
+  heard; in a larger room only those that mention the agent (its user ID in
+  the text, or ``m.mentions``). A heard message is an inbound Message of its sender's User. The answer to a
   message in a room of more than two members goes back there; everything else
   the agent writes a User goes to their direct room (``channels.outbox``), and
   a direct room that gains a third member is no longer one.
