@@ -476,6 +476,21 @@ async def test_a_private_conversation_found_shared_is_no_users_private_one_any_m
     assert held is not None and held.channel == "nostr"
 
 
+async def test_a_room_found_shared_is_found_through_its_index_not_a_scan_of_the_channels_users(store: Store) -> None:
+    """Every read of a busy group room takes it off any User's private conversation: that statement
+    finds the rows through ix_channel_conversations_channel_conversation (migration 0018), not by
+    reading every User's row on the channel."""
+    statement = queries.forgetting("matrix", ["!group:x", "!other:x"])
+    async with store.read() as conn:
+        compiled = statement.compile(dialect=conn.dialect, compile_kwargs={"literal_binds": True})
+        if store.dialect == "postgresql":
+            await conn.exec_driver_sql("SET enable_seqscan = off")  # a table this small would be scanned
+            plan = " ".join(row[0] for row in (await conn.exec_driver_sql(f"EXPLAIN {compiled}")).all())
+        else:
+            plan = " ".join(row[-1] for row in (await conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {compiled}")).all())
+    assert "ix_channel_conversations_channel_conversation" in plan, plan
+
+
 async def test_a_user_whose_direct_room_is_found_shared_still_gets_their_messages_on_the_channel(store: Store) -> None:
     """alice wrote last in her direct room, which is then found shared: what the agent writes her
     next still goes to Matrix, in a private conversation opened for her (her last Message came by

@@ -287,7 +287,10 @@ def conversation_columns(*, to_open: bool = False) -> list[sa.SchemaItem]:
 # direct room, a Nostr direct message) gets everything, while their most recent inbound Message
 # came by a channel (one through the Public server since takes them off it). A direct room found
 # shared (someone invited to it) stays with its conversation NULL: the next delivery opens another.
-channel_conversations = sa.Table("channel_conversations", metadata, *conversation_columns(to_open=True))
+# Every read of a group room takes it off any User's private conversation (forget_private): by this index.
+channel_conversations = sa.Table(
+    "channel_conversations", metadata, *conversation_columns(to_open=True), sa.Index(None, "channel", "conversation")
+)
 # Their shared one (a group room, where others read) gets only the answers to the Message
 # written in it, written while its Signal is handled.
 channel_shared_conversations = sa.Table("channel_shared_conversations", metadata, *conversation_columns())

@@ -174,6 +174,14 @@ async def forget_conversation(conn: AsyncConnection, *, user_id: str, identity: 
         await conn.execute(table.delete().where(table.c.user_id == user_id, table.c.identity == identity))
 
 
+def forgetting(channel: str, conversations: Sequence[str]) -> sa.Update:
+    """The statement of :func:`forget_private` that takes ``conversations`` off the Users' private ones
+    (found by ``ix_channel_conversations_channel_conversation``, not a scan of the channel's Users)."""
+    return private_conversations.update().where(
+        private_conversations.c.channel == channel, private_conversations.c.conversation.in_(conversations)
+    ).values(conversation=None)
+
+
 async def forget_private(conn: AsyncConnection, *, channel: str, conversations: Sequence[str]) -> None:
     """Forget every User's private conversation on ``channel`` that is one of ``conversations``
     (the row stays, its conversation NULL: one is opened with its identity at the next delivery, and
@@ -181,9 +189,7 @@ async def forget_private(conn: AsyncConnection, *, channel: str, conversations: 
     conversations off the open deliveries of Messages written for them while they were private:
     such a delivery opens the User's private conversation when it is sent, never going where
     others read (an answer written for the User's shared conversation stays)."""
-    await conn.execute(private_conversations.update().where(
-        private_conversations.c.channel == channel, private_conversations.c.conversation.in_(conversations)
-    ).values(conversation=None))
+    await conn.execute(forgetting(channel, conversations))
     answers_there = sa.select(shared_conversations.c.user_id).where(
         shared_conversations.c.channel == channel,
         shared_conversations.c.conversation == deliveries.c.conversation,
