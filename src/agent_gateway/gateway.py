@@ -309,7 +309,8 @@ class Gateway:
             await self.ledger.record_instructions(instructions.collect(self.settings, self.handlers, self.runtime))
             self.worker = Worker(self.store, self.handlers, self.runtime, self.ledger)
             self._worker_task = asyncio.create_task(
-                leadership.lead(self.store, "signal worker", self.worker.run), name="signal worker"
+                leadership.lead(self.store, "signal worker", self.worker.run, on_lost=self.worker.abandon),
+                name="signal worker",
             )
         self._collector_tasks = [
             asyncio.create_task(leadership.lead(self.store, name, collector.run), name=name)

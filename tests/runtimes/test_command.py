@@ -19,7 +19,8 @@ from agent_gateway.runtimes.command import CommandRuntime
 from agent_gateway.runtimes.runtime import RunFailed
 from agent_gateway.store.queries.runs import Run
 
-from tests.signals.conftest import AgentProgram
+from tests.runtimes.test_persistent import alive
+from tests.signals.conftest import AgentProgram, until
 
 # Each test runs agent programs: a processes test (scripts/test --fast leaves it out).
 pytestmark = pytest.mark.processes
@@ -165,6 +166,29 @@ async def test_cancelling_a_run_stops_the_program(agent_program: AgentProgram, t
         await asyncio.sleep(0.01)
     else:
         raise AssertionError("the agent program's child survived")
+
+
+async def test_kill_sigkills_the_program_and_its_group_at_once_and_fails_its_run(tmp_path: Path) -> None:
+    """Leadership lost: the program of the Run in progress and its child die at once, though both
+    ignore SIGTERM (a trap the child inherits); nothing else signals them here."""
+    pid_file = tmp_path / "pid"
+    argv = ("/bin/sh", "-c", f'trap "" TERM; sleep 600 & echo $! > {pid_file}; wait')
+    runtime = CommandRuntime(argv, agent_server_url=URL)
+    assert runtime.kill() is False  # no Run in progress
+    task = asyncio.create_task(runtime.run(a_run()))
+    try:
+        await until(lambda: pid_file.exists() and pid_file.read_text().strip() != "")
+        child = int(pid_file.read_text())
+        # The program may write its pid before the runtime has it back from starting it: kill() is
+        # True once it has.
+        await until(runtime.kill)
+        with pytest.raises(RunFailed, match="killed by signal SIGKILL"):
+            await task
+        await until(lambda: not alive(child))
+        assert runtime.kill() is False
+    finally:
+        task.cancel()  # a failed check leaves no program behind
+        await asyncio.gather(task, return_exceptions=True)
 
 
 async def test_cancelling_a_run_while_the_program_starts_stops_it_all(monkeypatch: pytest.MonkeyPatch) -> None:

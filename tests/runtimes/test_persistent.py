@@ -282,6 +282,34 @@ async def test_cancelling_a_run_stops_the_program(agent: Agent, make: Any) -> No
     await gone(agent.pids()[0])
 
 
+async def test_kill_sigkills_the_program_and_its_group_at_once_and_the_next_run_starts_another(
+    agent: Agent, make: Any
+) -> None:
+    """Leadership lost: the program and what it started die at once mid-Run, a child that ignores
+    SIGTERM included (nothing else signals them here: the Run is not cancelled, the runtime not
+    closed), and the next Run gets a fresh program."""
+    runtime = make(agent.argv())
+    assert runtime.kill() is False  # no program yet
+    await runtime.run(a_run("spawn-stubborn"))
+    [pid] = agent.pids()
+    child = agent.child()
+    task = asyncio.create_task(runtime.run(a_run("hang", "r-2")))
+    try:
+        await until(lambda: len(agent.calls()) == 2)
+        assert runtime.kill() is True
+        await gone(pid)
+        await gone(child)
+        # The Signal Worker cancels the Run at once; left alone, it fails saying how the program ended.
+        with pytest.raises(RunFailed, match="killed by signal SIGKILL"):
+            await task
+        assert runtime.kill() is False
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    await runtime.run(a_run("ok", "r-3"))
+    assert agent.pids()[2] != pid
+
+
 async def test_a_program_killed_just_before_a_run_does_not_fail_that_run(agent: Agent, make: Any) -> None:
     """Killed, and the next Run handed at once: before asyncio has noticed the exit."""
     runtime = make(agent.argv())

@@ -209,10 +209,12 @@ async def _lock_attempts(database_url: str) -> int:
 
 @dataclasses.dataclass
 class Leader:
-    """A process leading "test-role": its work leads until cancelled and counts its terms."""
+    """A process leading "test-role": its work leads until cancelled and counts its terms;
+    ``events`` tells each term's start, the lock found lost (``on_lost``) and the work's cancellation."""
 
     task: asyncio.Task[None] | None = None
     terms: int = 0
+    events: list[str] = dataclasses.field(default_factory=list)
 
 
 @contextlib.asynccontextmanager
@@ -223,9 +225,17 @@ async def leader_through(relay: Relay, *, check_s: float) -> AsyncIterator[Leade
 
     async def work() -> None:
         leader.terms += 1
-        await asyncio.Event().wait()
+        leader.events.append("leading")
+        try:
+            await asyncio.Event().wait()
+        finally:
+            leader.events.append("cancelled")
 
-    leader.task = asyncio.create_task(leadership.lead(store, "test-role", work, retry_s=0.1, check_s=check_s))
+    leader.task = asyncio.create_task(
+        leadership.lead(
+            store, "test-role", work, retry_s=0.1, check_s=check_s, on_lost=lambda: leader.events.append("lost")
+        )
+    )
     try:
         yield leader
     finally:
@@ -248,6 +258,17 @@ async def test_a_lock_session_ended_between_two_checks_is_lost_leadership_and_it
         await terminate_lock_sessions(database_url)
         await _until(lambda: leader.terms > 1 or leader.task.done())
         assert not leader.task.done(), leader.task.exception()
+
+
+@postgresql_only
+async def test_a_leader_that_finds_its_lock_lost_calls_on_lost_before_its_work_is_cancelled(database_url: str) -> None:
+    """``on_lost`` (the Signal Worker's: kill the agent program at once) comes before the work's
+    cancellation, whose graceful stops could outlast the new leader's wait; then it leads again."""
+    async with leader_through(Relay(database_url), check_s=0.1) as leader:
+        await _until(lambda: leader.terms == 1)
+        await terminate_lock_sessions(database_url)
+        await _until(lambda: leader.terms == 2)
+        assert leader.events == ["leading", "lost", "cancelled", "leading"]
 
 
 @postgresql_only

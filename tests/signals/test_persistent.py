@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 
@@ -94,3 +95,26 @@ async def test_losing_leadership_stops_the_agent_and_leading_again_starts_one(
     # This process leads again after its retry: the next Signal gets a fresh agent.
     await finished(gateway.store, await emit(gateway.store, "task", {"what": "ok"}))
     assert agent.pid(1) != first  # the first program's pid is no longer known here: it has exited
+
+
+@postgresql_only
+async def test_losing_leadership_kills_the_agent_at_once_before_its_run_is_cancelled(
+    make_gateway: GatewayFactory, agent: Agent, database_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A leader that finds its lock lost SIGKILLs its agent (and what it started) mid-Run, rather than
+    SIGTERM and a grace period longer than a new leader's wait; the Run is failed by recovery."""
+    gateway = await persistent(make_gateway, agent)
+    await finished(gateway.store, await emit(gateway.store, "task", {"what": "spawn-stubborn"}))
+    [pid] = agent.pids()
+    child = agent.child()
+    stuck = await emit(gateway.store, "task", {"what": "hang"})
+    await until(lambda: len(agent.calls()) == 2)
+    with caplog.at_level(logging.WARNING, logger="agent_gateway.signals.worker"):
+        await terminate_lock_sessions(database_url)  # as a failover would
+        await until(lambda: any(getattr(r, "action", None) == "agent_killed" for r in caplog.records))
+    await gone(pid)
+    await gone(child)
+    signal_ = await finished(gateway.store, stuck)  # recovered once this process leads again
+    [run] = await runs_of(gateway.store, stuck)
+    assert (signal_.state, run.state) == ("failed", "failed")
+    assert [call["run"]["signalId"] for call in agent.calls()][1:] == [stuck]  # never re-run

@@ -17,9 +17,13 @@ import asyncio
 import contextlib
 import logging
 import re
+import signal
+from collections.abc import Sequence
+from pathlib import Path
 
 from agent_gateway.runtimes import process as processes
 from agent_gateway.runtimes.process import STDERR_TAIL_BYTES
+from agent_gateway.sandbox.bubblewrap import Sandbox
 from agent_gateway.store.queries.runs import Run
 
 __all__ = ["STDERR_TAIL_BYTES", "CommandRuntime"]
@@ -32,6 +36,22 @@ logger = logging.getLogger(__name__)
 
 
 class CommandRuntime(processes.Program):
+    def __init__(
+        self, argv: Sequence[str], *, agent_server_url: str, workdir: Path | None = None, sandbox: Sandbox | None = None
+    ) -> None:
+        super().__init__(argv, agent_server_url=agent_server_url, workdir=workdir, sandbox=sandbox)
+        # The program of the Run in progress, for kill().
+        self._process: asyncio.subprocess.Process | None = None
+
+    def kill(self) -> bool:
+        """SIGKILL the program of the Run in progress and its group at once (leadership lost: no grace
+        period, since a new leader may start its own soon); True if there was one. The Run's
+        cancellation, which follows, then finds it gone."""
+        if self._process is None:
+            return False
+        processes.signal_group(self._process, signal.SIGKILL)
+        return True
+
     async def close(self) -> None:
         """Stop the sandbox's ends (the Signal Worker calls this when it stops leading)."""
         if self.sandbox is not None:
@@ -63,9 +83,11 @@ class CommandRuntime(processes.Program):
             self.command(run), env=self.environment(run), workdir=self.workdir, stdout=asyncio.subprocess.DEVNULL,
             sandbox=self.sandbox,
         )
+        self._process = process
         try:
             await self._wait(process, exec_error, run)
         finally:
+            self._process = None
             exec_error.close()
 
     async def _wait(self, process: asyncio.subprocess.Process, exec_error: processes.ExecError, run: Run) -> None:

@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import signal
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -69,6 +70,16 @@ class PersistentRuntime(processes.Program):
                     "the agent program was not started ahead of the first Run: %s (program %s)", processes.first_line(failed),
                     self.argv[0], extra={"action": "agent_start_failed"},
                 )
+
+    def kill(self) -> bool:
+        """SIGKILL the program and its group at once (leadership lost: no grace period, since a new
+        leader may start its own soon); True if there was one. The next Run starts it again."""
+        agent = self._agent
+        if agent is None:
+            return False
+        agent.stopping = True  # its exit is no news to log
+        processes.signal_group(agent.process, signal.SIGKILL)
+        return True
 
     async def close(self) -> None:
         """Stop the program (SIGTERM to its group, then SIGKILL), and the sandbox's ends; the next Run starts it again."""

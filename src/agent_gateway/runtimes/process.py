@@ -5,7 +5,8 @@ started), in the Workspace when one is set, with ``AGENT_SERVER_URL`` and
 without the gateway's own ``AGENT_GATEWAY_*`` settings (database URL and the
 like). It is SIGKILLed when the gateway process dies, however it dies, since a
 standby then takes the Signal Worker over and starts the next Run at once.
-Stopping it is SIGTERM to its group, then SIGKILL after a grace period. Its
+Stopping it is SIGTERM to its group, then SIGKILL after a grace period;
+killing it (leadership lost) is SIGKILL to its group at once. Its
 stderr is kept as a bounded tail for a failed Run's ``error``, never logged.
 
 A confined program that cannot be exec'ed is told from one that exits 127
@@ -253,14 +254,18 @@ async def terminate(process: asyncio.subprocess.Process) -> None:
     first process of its PID namespace) ignores a SIGTERM from outside, and once the leader has
     gone nothing else would stop it: it was seen left running, orphaned, after a test's gateway stopped."""
     for signum in (signal.SIGTERM, signal.SIGKILL):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(process.pid, signum)
+        signal_group(process, signum)
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(TERMINATE_GRACE_S):
                 await process.wait()
             break
+    signal_group(process, signal.SIGKILL)
+
+
+def signal_group(process: asyncio.subprocess.Process, signum: int) -> None:
+    """Send ``signum`` to the program's whole process group (gone already: nothing to do)."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(process.pid, signal.SIGKILL)
+        os.killpg(process.pid, signum)
 
 
 def _die_with(gateway_pid: int, sandbox: Sandbox | None):  # type: ignore[no-untyped-def]

@@ -8,7 +8,11 @@ gateway stops during a Run, the call is cancelled and must stop its work.
 
 A runtime may also have ``async start()``, which the Signal Worker awaits when
 it starts leading (to warm a long-lived agent up), and ``async close()``, which
-it awaits when it stops leading or the gateway stops (to stop that agent).
+it awaits when it stops leading or the gateway stops (to stop that agent), and
+``kill()`` (synchronous, True if a program was running), which the Signal
+Worker calls the moment this process finds its leadership lost, before the Run
+is cancelled: it SIGKILLs the agent program at once, since a graceful stop
+could outlast the new leader's wait and two agents would then work at once.
 """
 
 from __future__ import annotations

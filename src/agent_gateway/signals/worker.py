@@ -106,6 +106,13 @@ class Worker:
         if self._cancels is not None:
             self._cancels.nudge()  # a Run in progress stops
 
+    def abandon(self) -> None:
+        """Kill the agent program at once: this process has found its leadership lost (``leadership.lead``
+        calls this before it cancels :meth:`run`), and another may start its own agent soon."""
+        kill = getattr(self.runtime, "kill", None)
+        if kill is not None and kill():
+            logger.warning("leadership lost: the agent program was killed at once", extra={"action": "agent_killed"})
+
     async def run(self) -> None:
         """Recover, then drain and wait until :meth:`stop`."""
         subscription = self._subscription = self.store.subscribe(service.CHANNEL)

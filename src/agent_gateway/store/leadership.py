@@ -11,7 +11,10 @@ longer than both together, so an old leader that lost its connection (rather
 than died) has noticed and stopped first, and the two never work at once. A
 check's answer may be slow without the connection being lost (a database or a
 host busy for a moment): the timeout is four checks long, so such a moment
-does not cost the leader its Run, whose Signal would be failed. Losing the
+does not cost the leader its Run, whose Signal would be failed. When a check
+finds the lock lost, ``on_lost`` is called at once, before the work is
+cancelled: the Signal Worker kills its agent program there, since the program's
+own graceful stop could outlast the new leader's wait. Losing the
 database or the lock connection (an error, a hang past ``DATABASE_TIMEOUT_S``,
 a session the server ended) sends a process back to standing by: it never
 gives up leading for good. Nor does the work failing: it runs under
@@ -62,10 +65,12 @@ async def lead(
     *,
     retry_s: float = RETRY_S,
     check_s: float = CHECK_S,
+    on_lost: Callable[[], object] | None = None,
 ) -> None:
     """Run ``work`` whenever this process leads ``name``; return when ``work`` returns.
 
     ``work`` that raises is restarted (``supervisor.supervise``, under ``name``), never the end of leading.
+    ``on_lost`` (synchronous) is called when a check finds the lock lost, before ``work`` is cancelled.
     """
 
     async def supervised() -> None:
@@ -83,7 +88,7 @@ async def lead(
                 await asyncio.sleep(retry_s)
             await asyncio.sleep(TAKEOVER_WAIT * check_s)
             logger.info("leading %s", name, extra={"action": "leadership_acquired"})
-            if await _work_while_leading(conn, supervised, check_s):
+            if await _work_while_leading(conn, supervised, check_s, on_lost):
                 return
             logger.warning("lost the lock connection: no longer leading %s", name, extra={"action": "leadership_lost"})
         except _LOST as exc:
@@ -94,8 +99,14 @@ async def lead(
         await asyncio.sleep(retry_s)
 
 
-async def _work_while_leading(conn: asyncpg.Connection, work: Callable[[], Awaitable[None]], check_s: float) -> bool:
-    """Run ``work`` while ``conn`` stays alive; True if it finished, False if leadership was lost."""
+async def _work_while_leading(
+    conn: asyncpg.Connection,
+    work: Callable[[], Awaitable[None]],
+    check_s: float,
+    on_lost: Callable[[], object] | None = None,
+) -> bool:
+    """Run ``work`` while ``conn`` stays alive; True if it finished, False if leadership was lost
+    (``on_lost`` called first)."""
     task = asyncio.create_task(work(), name="leader work")
     try:
         while True:
@@ -107,6 +118,8 @@ async def _work_while_leading(conn: asyncpg.Connection, work: Callable[[], Await
                 async with asyncio.timeout(CHECK_TIMEOUT * check_s):
                     await conn.execute("SELECT 1")
             except _LOST:
+                if on_lost is not None:
+                    on_lost()
                 return False
     finally:
         if not task.done():
