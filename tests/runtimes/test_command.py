@@ -6,6 +6,7 @@ import asyncio
 import logging
 import os
 import shutil
+import signal
 import stat
 import sys
 import uuid
@@ -211,6 +212,27 @@ async def test_cancelling_a_run_while_the_program_starts_stops_it_all(monkeypatc
             return
         await asyncio.sleep(0.01)
     raise AssertionError(f"processes of the program's are still running: {_processes_with(marker)}")
+
+
+async def test_a_program_cancelled_while_it_starts_is_sigkilled_with_no_grace(monkeypatch: pytest.MonkeyPatch) -> None:
+    """It has been given nothing to finish, and a runtime's kill() (leadership lost) cannot reach it
+    yet: SIGKILL at once. The program ignores SIGTERM from its first instruction (the disposition
+    this process passes on, restored after) and the grace period is an hour: SIGTERM first would
+    leave the cancelled task waiting that hour."""
+    monkeypatch.setattr(command.processes, "TERMINATE_GRACE_S", 3600.0)
+    marker = f"AGW_TEST_MARK={uuid.uuid4()}"
+    monkeypatch.setenv(*marker.split("=", 1))
+    argv = ("/bin/sh", "-c", "sleep 600 & wait")
+    previous = signal.signal(signal.SIGTERM, signal.SIG_IGN)  # until the program has been started
+    try:
+        task = asyncio.create_task(CommandRuntime(argv, agent_server_url=URL).run(a_run()))
+        await asyncio.sleep(0)  # inside spawn, before the process is handed back
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(task, 300)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    await until(lambda: not _processes_with(marker))
 
 
 def _processes_with(environment_entry: str) -> list[int]:

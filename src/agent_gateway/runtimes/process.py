@@ -119,8 +119,9 @@ async def spawn(
     a program that cannot start fails the Run. The caller reads (or closes) the :class:`ExecError`.
 
     Cancelled while the program is starting, it lets the program start and then
-    stops its whole group: asyncio alone would kill only its first process and
-    then wait for every pipe its children hold.
+    SIGKILLs its whole group at once (it has been given nothing to finish, and a
+    runtime's ``kill()`` cannot reach it yet): asyncio alone would kill only its
+    first process and then wait for every pipe its children hold.
     """
     cwd: Path | None = workdir
     passed: tuple[int, ...] = ()
@@ -179,7 +180,7 @@ async def _started(
         ) from None
     except asyncio.CancelledError:
         with contextlib.suppress(OSError, ValueError):
-            await asyncio.shield(terminate(await spawning))
+            await asyncio.shield(terminate(await spawning, grace=False))
         raise
 
 
@@ -248,12 +249,12 @@ def failures_logged(run_id: str, program: str, logger: logging.Logger) -> Iterat
         raise
 
 
-async def terminate(process: asyncio.subprocess.Process) -> None:
-    """Stop the program's whole process group: SIGTERM, then SIGKILL after the grace period; and
-    SIGKILL to whatever of the group outlives its leader. A sandbox's init (bubblewrap's, the
-    first process of its PID namespace) ignores a SIGTERM from outside, and once the leader has
-    gone nothing else would stop it: it was seen left running, orphaned, after a test's gateway stopped."""
-    for signum in (signal.SIGTERM, signal.SIGKILL):
+async def terminate(process: asyncio.subprocess.Process, *, grace: bool = True) -> None:
+    """Stop the program's whole process group: SIGTERM, then SIGKILL after the grace period (at once
+    without ``grace``); and SIGKILL to whatever of the group outlives its leader. A sandbox's init
+    (bubblewrap's, the first process of its PID namespace) ignores a SIGTERM from outside, and once the
+    leader has gone nothing else would stop it: it was seen left running, orphaned, after a test's gateway stopped."""
+    for signum in (signal.SIGTERM, signal.SIGKILL) if grace else (signal.SIGKILL,):
         signal_group(process, signum)
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(TERMINATE_GRACE_S):
