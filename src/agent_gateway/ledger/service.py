@@ -52,7 +52,13 @@ class Ledger:
                 leaf = entries.instructions(instructions, clock.now_iso())
                 [seq] = await queries.append(conn, [queries.New(entries.INSTRUCTIONS, leaf)])
         self.instructions_seq = seq
+        await self.integrate()
         return seq
+
+    async def integrate(self) -> None:
+        """Grow the ledger's tree to every committed entry (``tree.Tree.integrate``): the Signal
+        Worker does so whenever it finds the queue empty, and every reader of the tree first."""
+        await queries.TREE.integrate(self.store)
 
     async def started(
         self, conn: AsyncConnection, signal: Signal, runs: Sequence[Run], started_at: str, record: Sequence[Run] = ()

@@ -18,12 +18,9 @@ import contextlib
 import logging
 import re
 import signal
-from collections.abc import Sequence
-from pathlib import Path
 
 from agent_gateway.runtimes import process as processes
 from agent_gateway.runtimes.process import STDERR_TAIL_BYTES
-from agent_gateway.sandbox.bubblewrap import Sandbox
 from agent_gateway.store.queries.runs import Run
 
 __all__ = ["STDERR_TAIL_BYTES", "CommandRuntime"]
@@ -36,12 +33,8 @@ logger = logging.getLogger(__name__)
 
 
 class CommandRuntime(processes.Program):
-    def __init__(
-        self, argv: Sequence[str], *, agent_server_url: str, workdir: Path | None = None, sandbox: Sandbox | None = None
-    ) -> None:
-        super().__init__(argv, agent_server_url=agent_server_url, workdir=workdir, sandbox=sandbox)
-        # The program of the Run in progress, for kill().
-        self._process: asyncio.subprocess.Process | None = None
+    # The program of the Run in progress, for kill().
+    _process: asyncio.subprocess.Process | None = None
 
     def kill(self) -> bool:
         """SIGKILL the program of the Run in progress and its group at once (leadership lost: no grace

@@ -70,6 +70,10 @@ logger = logging.getLogger(__name__)
 # The wake-up after commit is what makes the worker prompt; the sweep only
 # catches Signals emitted where no wake-up reaches this process.
 SWEEP_INTERVAL_S = 5.0
+# The Run ledger's tree catches up with the Runs' entries (Ledger.integrate) once the queue has
+# stayed empty this long: never between a Run and a Signal close behind it, whose start it would
+# delay (every reader of the tree grows it first, so nothing reads it behind).
+INTEGRATE_IDLE_S = 0.5
 # A Run in progress is woken when an operator cancels a Run; it also reads its own
 # state this often, in case the wake-up was lost (one primary-key read, no hot poll).
 CANCEL_CHECK_S = 5.0
@@ -137,7 +141,9 @@ class Worker:
             while not self._stop.is_set():
                 while not self._stop.is_set() and await self.process_next():
                     pass
-                await subscription.wait(SWEEP_INTERVAL_S)
+                if not await subscription.wait(INTEGRATE_IDLE_S) and not self._stop.is_set():
+                    await self.ledger.integrate()
+                    await subscription.wait(SWEEP_INTERVAL_S)
                 self._seen = None  # seen before the wait: read again
         finally:
             self.active = False

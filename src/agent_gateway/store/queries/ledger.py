@@ -4,15 +4,17 @@ Entries are numbered from 1 without gaps; entry ``seq`` is leaf ``seq - 1`` of t
 tree, its data the entry's ``leaf`` bytes. They are written as Decisions are (the Decision log's
 ``draw_numbers``), under a lock that orders every writer until commit: on SQLite the write lock
 every writing transaction takes (BEGIN IMMEDIATE), on PostgreSQL a transaction-scoped advisory
-lock of the ledger's own, taken with a draw of a sequence in one statement. The tree grows in
-the same transaction, and an entry's number is its leaf's index + 1: a rolled-back write leaves
-no entry and no gap, and entries are committed in number order in every process.
+lock of the ledger's own, taken with a draw of a sequence in one statement. An entry's number is
+its leaf's index + 1: a rolled-back write leaves no entry and no gap, and entries are committed in
+number order in every process. The tree is grown after them (``tree.Tree.integrate``): a Run's
+start writes its entry alone, and the tree catches up with the committed entries in batches.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -34,11 +36,18 @@ _APPEND_LOCK_KEY = 0x4C65_6467  # "Ledg"
 # Woken once entries are appended, when a loop watches the ledger (engine.watched).
 CHANNEL = "ledger"
 
-TREE = tree.Tree("ledger_tree", "SELECT CAST(seq - 1 AS BIGINT) FROM ledger_entries WHERE seq = :number")
+TREE = tree.Tree(
+    "ledger_tree",
+    "SELECT CAST(seq - 1 AS BIGINT) FROM ledger_entries WHERE seq = :number",
+    tree.Entries(
+        count="SELECT coalesce(max(seq), 0) FROM ledger_entries",
+        data="SELECT leaf FROM ledger_entries WHERE seq > CAST(:start AS BIGINT) ORDER BY seq LIMIT :limit",
+    ),
+)
 
-# The sequence that tells a writer whether another one wrote since its last growth (tree.Tree.growth):
+# The sequence that tells a writer whether another one appended since its last append (:class:`_Next`):
 # drawn with the lock in one statement, as Decisions' numbers are; a rolled-back write burns a draw,
-# which only makes the next growth read the frontier. Entry numbers come from the tree's size.
+# which only makes the next append read the newest number.
 POSTGRES_SEQUENCE = "ledger_draws"
 _POSTGRES_DRAW = direct.Query(
     sa.text(
@@ -47,26 +56,23 @@ _POSTGRES_DRAW = direct.Query(
     )
 )
 _POSTGRES_LOCK = direct.Query(sa.text(f"SELECT pg_advisory_xact_lock({_APPEND_LOCK_KEY})"))
-# On PostgreSQL the entries and the tree's nodes go in with one statement (one round trip).
-_POSTGRES_NODES = "INSERT INTO ledger_tree (node, hash) SELECT * FROM unnest(CAST(:keys AS bigint[]), CAST(:hashes AS bytea[]))"
+# Under the lock (taken by a draw before): the number the next entry takes.
+_POSTGRES_NEXT = direct.Query(sa.text("SELECT coalesce(max(seq), 0) + 1 FROM ledger_entries"))
 _POSTGRES_ENTRIES = (
     "INSERT INTO ledger_entries (seq, kind, leaf) "
     "SELECT * FROM unnest(CAST(:seqs AS bigint[]), CAST(:kinds AS varchar[]), CAST(:leaves AS text[]))"
 )
-_POSTGRES_INSERT = direct.Query(sa.text(f"WITH nodes AS ({_POSTGRES_NODES}) {_POSTGRES_ENTRIES}"))
+_POSTGRES_INSERT = direct.Query(sa.text(_POSTGRES_ENTRIES))
 # The same, writing the Runs whose entries these are as well (each naming its entry).
-_POSTGRES_RECORD_INSERT = direct.Query(
-    sa.text(f"WITH recorded AS ({run_queries.POSTGRES_INSERT}), nodes AS ({_POSTGRES_NODES}) {_POSTGRES_ENTRIES}")
-)
-# And usually with their draw too (a round trip less on every Run's start): the entries and nodes
-# as this process predicts them (tree.Tree.predicted) are written only if the first number drawn
-# is :expected, that is if no other entry was committed since this process's last; the drawn
+_POSTGRES_RECORD_INSERT = direct.Query(sa.text(f"WITH recorded AS ({run_queries.POSTGRES_INSERT}) {_POSTGRES_ENTRIES}"))
+# And usually with their draw too (a round trip less on every Run's start): the entries numbered
+# as this process expects them (:class:`_Next`) are written only if the first number drawn is
+# :expected, that is if no other entry was appended since this process's last; the drawn
 # numbers are answered either way, and on a miss the caller writes as above.
 _DRAW_INSERT = (
     f"d AS MATERIALIZED (SELECT pg_advisory_xact_lock({_APPEND_LOCK_KEY}) AS locked, "
     f"nextval('{POSTGRES_SEQUENCE}') AS n FROM generate_series(1, :count)), "
     "hit AS (SELECT min(n) = CAST(:expected AS BIGINT) AS yes FROM d), "
-    f"nodes AS ({_POSTGRES_NODES} WHERE (SELECT yes FROM hit)), "
     f"entries AS ({_POSTGRES_ENTRIES} WHERE (SELECT yes FROM hit))"
 )
 _POSTGRES_DRAW_INSERT = direct.Query(sa.text(f"WITH {_DRAW_INSERT} SELECT n FROM d"))
@@ -101,9 +107,7 @@ def _claiming(ending: bool) -> direct.Query:
     claimed = signal_queries.claiming(drawn == sa.bindparam("expected", type_=sa.BigInteger))
     written = [
         sa.text(f"{insert} WHERE EXISTS (SELECT FROM claimed)").columns().cte(name)
-        for name, insert in (
-            ("recorded", run_queries.POSTGRES_INSERT), ("nodes", _POSTGRES_NODES), ("entries", _POSTGRES_ENTRIES)
-        )
+        for name, insert in (("recorded", run_queries.POSTGRES_INSERT), ("entries", _POSTGRES_ENTRIES))
     ]
     ends = signal_queries.ended() if ending else ()
     answer = signal_queries.with_next(claimed).add_columns(drawn.label("drawn"))
@@ -145,6 +149,25 @@ def _sqlite_insert(count: int) -> str:
 
 
 @dataclasses.dataclass(frozen=True)
+class _Next:
+    """What this process's next append expects, unless another process appended since its last:
+    the number it draws (PostgreSQL's sequence; 0 on SQLite) and the number its first entry takes."""
+
+    draw: int
+    seq: int
+
+
+# Per engine (one per Store): set once an append of this process has committed.
+_NEXT: weakref.WeakKeyDictionary[sa.Engine, _Next] = weakref.WeakKeyDictionary()
+
+
+def _expect(conn: AsyncConnection, after: _Next) -> None:
+    """Keep ``after`` for this process's next append once ``conn``'s transaction commits."""
+    bound = conn.sync_engine
+    engine.on_commit(conn, lambda: _NEXT.__setitem__(bound, after))
+
+
+@dataclasses.dataclass(frozen=True)
 class Entry:
     """One entry: its number (its leaf's index + 1), its kind (``instructions`` or ``run``), and its leaf bytes."""
 
@@ -164,9 +187,9 @@ class New:
 
 
 async def append(conn: AsyncConnection, new: Sequence[New], record: Sequence[run_queries.Run] = ()) -> list[int]:
-    """Append ``new`` entries in the caller's writing transaction, with the tree's nodes they
-    complete; their numbers. Holds the ledger's lock (PostgreSQL) until the transaction ends, and
-    wakes :data:`CHANNEL` once it commits when a loop watches the ledger.
+    """Append ``new`` entries in the caller's writing transaction (the tree grows after them:
+    ``TREE.integrate``); their numbers. Holds the ledger's lock (PostgreSQL) until the transaction
+    ends, and wakes :data:`CHANNEL` once it commits when a loop watches the ledger.
 
     ``record``: Runs to write too (``run_queries.to_record``), on PostgreSQL usually in the same
     statement. Each Run of a run entry names the entry: those of ``record`` as they are written,
@@ -175,60 +198,51 @@ async def append(conn: AsyncConnection, new: Sequence[New], record: Sequence[run
         engine.notify(conn, CHANNEL)
     if conn.dialect.name == "postgresql":
         return await _append_postgres(conn, new, record)
-    leaves = [entry.leaf for entry in new]
     values = [value for entry in new for value in (entry.kind, entry.leaf.decode())]
-    # This process's prediction of the tree holds when no other entry was committed since its last.
-    predicted = TREE.predicted(conn, leaves)
+    # This process's expected number is right when no other entry was appended since its last.
+    expected = _NEXT.get(conn.sync_engine)
     rows: Sequence[Sequence[Any]] = ()
-    if predicted is not None and len(new) == 1:
-        rows = await direct.run_sqlite(conn, _SQLITE_PREDICTED_INSERT, [predicted.first_number, *values])
+    if expected is not None and len(new) == 1:
+        rows = await direct.run_sqlite(conn, _SQLITE_PREDICTED_INSERT, [expected.seq, *values])
     if not rows:
         rows = await direct.run_sqlite(conn, _sqlite_insert(len(new)), values)
     seqs = sorted(int(seq) for (seq,) in rows)
     numbered = _numbered(new, seqs)
     await run_queries.insert(conn, record, numbered)
     await _number_started(conn, numbered, record)
-    if predicted is not None and predicted.first_number == seqs[0]:
-        growth = predicted.growth
-        TREE.committing(conn, predicted.after)
-    else:
-        growth = await TREE.growth(conn, seqs, leaves)
-    await TREE.write(conn, growth)
+    _expect(conn, _Next(0, seqs[-1] + 1))
     return seqs
 
 
 async def _append_postgres(conn: AsyncConnection, new: Sequence[New], record: Sequence[run_queries.Run]) -> list[int]:
-    """:func:`append` on PostgreSQL: the draw, the entries, the nodes and the Runs recorded in
-    one statement when this process's prediction holds, else the draw, then the frontier read,
-    then the write."""
-    leaves = [entry.leaf for entry in new]
-    predicted = TREE.predicted(conn, leaves)
-    if predicted is not None:
-        seqs = _seqs(predicted.growth, new)
+    """:func:`append` on PostgreSQL: the draw, the entries and the Runs recorded in one statement
+    when this process's expectation holds, else the draw, then the newest number read, then the write."""
+    expected = _NEXT.get(conn.sync_engine)
+    if expected is not None:
+        seqs = list(range(expected.seq, expected.seq + len(new)))
         numbered = _numbered(new, seqs)
         query, runs = (
             (_POSTGRES_RECORD_DRAW_INSERT, run_queries.postgres_columns(record, numbered))
             if record else (_POSTGRES_DRAW_INSERT, {})
         )
-        rows = await direct.run(
-            conn, query, count=len(new), expected=predicted.first_number,
-            **_postgres_columns(predicted.growth, seqs, new), **runs,
-        )
+        rows = await direct.run(conn, query, count=len(new), expected=expected.draw, seqs=seqs, **_columns(new), **runs)
         draws = sorted(number for (number,) in rows)
-        if draws[0] == predicted.first_number:
-            TREE.committing(conn, predicted.after)
+        if draws[0] == expected.draw:
+            _expect(conn, _Next(draws[-1] + 1, seqs[-1] + 1))
             await _number_started(conn, numbered, record)
             return seqs
     else:
         draws = sorted(number for _, number in await direct.run(conn, _POSTGRES_DRAW, count=len(new)))
-    growth = await TREE.growth(conn, draws, leaves)
-    seqs = _seqs(growth, new)
+    # Under the lock the draw took, read by a statement after it: every entry appended before is seen.
+    [(first,)] = await direct.run(conn, _POSTGRES_NEXT)
+    seqs = list(range(first, first + len(new)))
     numbered = _numbered(new, seqs)
     query, runs = (
         (_POSTGRES_RECORD_INSERT, run_queries.postgres_columns(record, numbered)) if record else (_POSTGRES_INSERT, {})
     )
-    await direct.run(conn, query, **_postgres_columns(growth, seqs, new), **runs)
+    await direct.run(conn, query, seqs=seqs, **_columns(new), **runs)
     await _number_started(conn, numbered, record)
+    _expect(conn, _Next(draws[-1] + 1, seqs[-1] + 1))
     return seqs
 
 
@@ -255,38 +269,30 @@ async def claim_ahead(
     pending Signal after that one as the statement saw it. ``ending`` (``signals.ending``): the
     Run and Signal before it are ended by the statement too, claimed or not.
 
-    It claims nothing when this process's prediction of the tree fails (another process appended
+    It claims nothing when this process's expected number may be wrong (another process appended
     since, or this one has not yet): the caller then claims in a transaction, as :func:`append`."""
-    predicted = TREE.predicted(conn, [new.leaf])
-    if predicted is None:
+    bound = conn.sync_engine
+    expected = _NEXT.get(bound)
+    if expected is None:
         return False, None if ending is None else await signal_queries.end(conn, ending)
-    seqs = _seqs(predicted.growth, [new])
+    seqs = [expected.seq]
     [row] = await direct.run(
-        conn, _CLAIMING[ending is not None], count=1, expected=predicted.first_number,
-        **_postgres_columns(predicted.growth, seqs, [new]),
+        conn, _CLAIMING[ending is not None], count=1, expected=expected.draw, seqs=seqs, **_columns([new]),
         **run_queries.postgres_columns(record, _numbered([new], seqs)), **queued.claim_params(), **(ending or {}),
     )
     *answer, drawn = row
     claimed, after = signal_queries.claimed_and_next(answer)
     if claimed:
-        TREE.committed(conn, predicted.after)
-    elif drawn == predicted.first_number:
+        _NEXT[bound] = _Next(drawn + 1, expected.seq + 1)
+    elif drawn == expected.draw:
         # Refused for the Signal's sake (an older one committed late, a cancel), its draw the one
-        # predicted: the tree is as it was, and the next draw follows this one.
-        TREE.burned(conn, drawn)
+        # expected: nothing was appended since, and the next draw follows this one.
+        _NEXT[bound] = _Next(drawn + 1, expected.seq)
     return claimed, after
 
 
-def _seqs(growth: tree.Growth, new: Sequence[New]) -> list[int]:
-    # Entry seq is leaf seq - 1: numbered by the tree, which only committed entries grew.
-    return list(range(growth.first_leaf + 1, growth.first_leaf + 1 + len(new)))
-
-
-def _postgres_columns(growth: tree.Growth, seqs: list[int], new: Sequence[New]) -> dict[str, object]:
-    return {
-        "keys": [key for key, _ in growth.nodes], "hashes": [hash_ for _, hash_ in growth.nodes], "seqs": seqs,
-        "kinds": [entry.kind for entry in new], "leaves": [entry.leaf.decode() for entry in new],
-    }
+def _columns(new: Sequence[New]) -> dict[str, object]:
+    return {"kinds": [entry.kind for entry in new], "leaves": [entry.leaf.decode() for entry in new]}
 
 
 async def last_instructions(conn: AsyncConnection) -> Entry | None:

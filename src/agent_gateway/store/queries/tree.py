@@ -11,6 +11,13 @@ leaves no leaf. Nodes are written once and never change (see
 ``merkle``), so reads need no transaction: a tree size read
 first names nodes that are all there.
 
+The Run ledger's tree is grown after its entries commit instead (:meth:`Tree.integrate`, as
+Trillian integrates what its sequencer numbered): a Run's start writes its entry only, and the
+tree catches up with the committed entries in batches, when the Signal Worker finds the queue
+empty and before anything reads the tree (its size, a proof, a checkpoint). Entries are
+committed in number order (their writers' lock), so what a reader sees of them is a prefix,
+and the nodes grown from it are the same whoever grows them.
+
 For the same reason a process may keep nodes it has read: each Store keeps the
 top levels of its tree (:class:`Cached`), and a proof reads from the database
 only the nodes below them, which lie next to its leaf on a page or two, so its
@@ -67,9 +74,16 @@ class _Queries:
     inclusion: direct.Query
     consistency: direct.Query
     frontier: dict[str, direct.Query]
+    # A tree grown after its entries commit (Tree.integrate): its size with the number of
+    # entries committed, and the data of the entries from leaf :start on, in order.
+    behind: direct.Query | None
+    leaves: direct.Query | None
+    # Held by whoever grows such a tree on PostgreSQL: it conflicts with itself and with writes of
+    # nodes, not with reads.
+    lock: direct.Query
 
     @classmethod
-    def of(cls, table: str, leaf: str) -> _Queries:
+    def of(cls, table: str, leaf: str, entries: Entries | None) -> _Queries:
         # The tree's size: the newest node is the last leaf's (its level the highest of that leaf).
         current = f"(SELECT coalesce((max(node) >> :bits) + 1, 0) FROM {table})"
         proof_nodes = (
@@ -132,7 +146,20 @@ class _Queries:
                     )
                 ),
             },
+            behind=None if entries is None else direct.Query(sa.text(f"SELECT {current}, ({entries.count})")),
+            leaves=None if entries is None else direct.Query(sa.text(entries.data)),
+            lock=direct.Query(sa.text(f"LOCK TABLE {table} IN SHARE ROW EXCLUSIVE MODE")),
         )
+
+
+@dataclasses.dataclass(frozen=True)
+class Entries:
+    """The entries of a log whose tree is grown after they commit (:meth:`Tree.integrate`): ``count``
+    the SELECT of how many are committed, ``data`` the SELECT of the leaf data of those from leaf
+    index ``:start`` on, in leaf order, at most ``:limit``."""
+
+    count: str
+    data: str
 
 
 # The cache (:class:`Cached`) holds the levels of the tree from CACHE_MIN_LEVEL, or from the one
@@ -263,28 +290,27 @@ def _sqlite_insert(table: str, count: int) -> str:
     return f"INSERT INTO {table} (node, hash) VALUES " + ", ".join(["(?, ?)"] * count)
 
 
-@dataclasses.dataclass(frozen=True)
-class Predicted:
-    """A growth computed before its numbers are drawn (:meth:`Tree.predicted`)."""
-
-    first_number: int
-    growth: Growth
-    after: _Committed
-
-
 def _grow(size: int, frontier: list[bytes], numbers: Sequence[int], leaves: Sequence[bytes]) -> tuple[Growth, _Committed]:
     """The growth ``leaves`` numbered ``numbers`` make of the tree of ``size`` with ``frontier``, and the tree after it."""
     completed, grown = merkle.appended(frontier, size, [merkle.leaf_hash(leaf) for leaf in leaves])
     return Growth(size, [(key(node), hash_) for node, hash_ in completed]), _Committed(numbers[-1] + 1, size + len(leaves), grown)
 
 
+# A tree grown after its entries commit catches up in transactions of at most this many leaves
+# (a few tens of milliseconds each), so none holds the database's write lock long.
+INTEGRATE_BATCH = 2048
+
+
 class Tree:
     """One log's Merkle tree: its nodes in ``table``; ``leaf`` the SELECT of the leaf index of the
-    entry numbered ``:number`` (no row when there is none). Every log's tree is this one code."""
+    entry numbered ``:number`` (no row when there is none). Every log's tree is this one code.
 
-    def __init__(self, table: str, leaf: str) -> None:
+    ``entries``: given for a log whose tree is grown after its entries commit (:meth:`integrate`);
+    without, the writers of the log grow it in their transactions (:meth:`growth`)."""
+
+    def __init__(self, table: str, leaf: str, entries: Entries | None = None) -> None:
         self.table = table
-        self._queries = _Queries.of(table, leaf)
+        self._queries = _Queries.of(table, leaf, entries)
         # Per engine (one per Store): set only once the growth's transaction has committed.
         self._committed: weakref.WeakKeyDictionary[sa.Engine, _Committed] = weakref.WeakKeyDictionary()
         self._caches: weakref.WeakKeyDictionary[Store, _Cache] = weakref.WeakKeyDictionary()
@@ -303,47 +329,48 @@ class Tree:
         if committed is not None and committed.next_number == numbers[0]:
             size, frontier = committed.size, committed.frontier
         else:
-            stored = _hashes(await direct.run(conn, self._queries.frontier[conn.dialect.name], bits=LEVEL_BITS))
-            # The lowest subtree of the frontier ends at the newest leaf: (index + 1) << level is the size.
-            size = max(((index + 1) << level for level, index in stored), default=0)
-            frontier = [stored[node] for node in merkle.subtrees(0, size)]
+            size, frontier = await self._frontier(conn)
         growth, after = _grow(size, frontier, numbers, leaves)
-        self.committing(conn, after)
-        return growth
-
-    def predicted(self, conn: AsyncConnection, leaves: Sequence[bytes]) -> Predicted | None:
-        """What appending ``leaves`` writes if the numbers drawn for them follow on from this
-        process's last committed growth's (as :meth:`growth` finds when no other entry was
-        committed since), for a writer that draws its numbers in the statement that writes them
-        (``store.queries.ledger``): it writes only if the first number drawn is ``first_number``,
-        then has :meth:`committing` keep ``after``. None when this process has committed no growth."""
-        committed = self._committed.get(conn.sync_engine)
-        if committed is None:
-            return None
-        numbers = range(committed.next_number, committed.next_number + len(leaves))
-        growth, after = _grow(committed.size, committed.frontier, numbers, leaves)
-        return Predicted(committed.next_number, growth, after)
-
-    def committing(self, conn: AsyncConnection, after: _Committed) -> None:
-        """Keep ``after`` as this process's last committed growth once ``conn``'s transaction commits."""
         engine = conn.sync_engine
         on_commit(conn, lambda: self._committed.__setitem__(engine, after))
+        return growth
 
-    def committed(self, conn: direct.Alone, after: _Committed) -> None:
-        """Keep ``after`` as this process's last committed growth: a statement alone on ``conn`` committed it."""
-        self._committed[conn.sync_engine] = after
+    async def _frontier(self, conn: AsyncConnection) -> tuple[int, list[bytes]]:
+        """The tree's size as ``conn`` sees it, and the hashes of its frontier (one statement)."""
+        stored = _hashes(await direct.run(conn, self._queries.frontier[conn.dialect.name], bits=LEVEL_BITS))
+        # The lowest subtree of the frontier ends at the newest leaf: (index + 1) << level is the size.
+        size = max(((index + 1) << level for level, index in stored), default=0)
+        return size, [stored[node] for node in merkle.subtrees(0, size)]
 
-    def burned(self, conn: direct.Alone, number: int) -> None:
-        """A statement alone on ``conn`` drew ``number``, the one :meth:`predicted` expected, and
-        appended nothing: the tree is as this process's last growth left it, and the next draw
-        follows that number (without this, the next prediction would miss once)."""
-        committed = self._committed.get(conn.sync_engine)
-        if committed is not None and committed.next_number == number:
-            self._committed[conn.sync_engine] = dataclasses.replace(committed, next_number=number + 1)
+    async def integrate(self, store: Store) -> int:
+        """Grow a tree grown after its entries commit (``entries``) to every committed entry; its size.
+
+        One read when it is not behind; else transactions of at most :data:`INTEGRATE_BATCH` leaves,
+        each reading the frontier and the entries after it and writing the nodes they complete. On
+        PostgreSQL each holds a lock that only other growers of this tree wait for (readers and
+        the log's writers do not), so no two write the same nodes; on SQLite the write lock does.
+        """
+        behind, leaves = self._queries.behind, self._queries.leaves
+        if behind is None or leaves is None:
+            return await self._stored_size(store)
+        [(size, logged)] = await store.fetch(behind, bits=LEVEL_BITS)
+        size, logged = int(size), int(logged)  # type: ignore[call-overload]
+        while size < logged:
+            async with store.transaction() as conn:
+                if conn.dialect.name == "postgresql":
+                    await direct.run(conn, self._queries.lock)
+                size, frontier = await self._frontier(conn)
+                rows = await direct.run(conn, leaves, start=size, limit=INTEGRATE_BATCH)
+                if not rows:
+                    break  # grown by another meanwhile, or fewer entries than read (none is ever deleted)
+                growth, _ = _grow(size, frontier, range(size, size + len(rows)), [str(data).encode() for (data,) in rows])
+                await self.write(conn, growth)
+                size += len(rows)
+        return size
 
     async def write(self, conn: AsyncConnection, growth: Growth) -> None:
         """Write ``growth``'s nodes (the Decision log does so on SQLite only: on PostgreSQL its
-        Decisions' statement writes them, ``store.queries.decisions``)."""
+        Decisions' statement writes them, ``store.queries.decisions``; :meth:`integrate` on both)."""
         if conn.dialect.name == "postgresql":
             await direct.run(conn, self._queries.insert, keys=[k for k, _ in growth.nodes], hashes=[h for _, h in growth.nodes])
             return
@@ -351,7 +378,11 @@ class Tree:
         await direct.run_sqlite(conn, _sqlite_insert(self.table, len(growth.nodes)), values)
 
     async def size(self, store: Store) -> int:
-        """How many leaves the tree holds (committed ones only)."""
+        """How many leaves the tree holds (committed ones only; for a tree grown after its entries
+        commit, once grown to them all)."""
+        return await self.integrate(store)
+
+    async def _stored_size(self, store: Store) -> int:
         [(count,)] = await store.fetch(self._queries.size, bits=LEVEL_BITS)
         return int(count)
 
@@ -366,6 +397,8 @@ class Tree:
         return cache
 
     async def _read_proof(self, store: Store, query: direct.Query, **params: object) -> ProofRead:
+        if self._queries.behind is not None:
+            await self.integrate(store)  # a proof of every committed entry, against a tree of them all
         cache = self._cache(store)
         cached = cache.cached
         rows = await store.fetch(query, bits=LEVEL_BITS, low=cached.level, cached=cached.size, **params)
