@@ -2,7 +2,7 @@
 ledger against without.
 
     python -m bench.ledger [--backend sqlite|postgresql|both] [--rounds 10] [--samples 40]
-                           [--burst 150] [--clients 16] [--against /tmp/before]
+                           [--burst 150] [--clients 16] [--checkpoint-every S] [--against /tmp/before]
 
 "Without" is this checkout with the ledger's Run entries left out (``bench/ledger_off``: the same
 code, schema and transactions, ``Ledger.started`` doing nothing), so the two differ by the
@@ -21,6 +21,12 @@ the demo echo agent kept warm under the persistent runtime), measured in alterna
    the agent included, from ``/proc``) spent per Run; target: at least 95 % of the Runs per
    second without.
 
+The ledger's tree grows after its entries are written (``store.queries.tree.Tree.integrate``):
+when the Signal Worker has found the queue empty for half a second, which a burst never leaves
+it, and before anything reads the tree. ``--checkpoint-every S`` reads the ledger's checkpoint
+every ``S`` seconds through each burst, on both sides, as a witness's collector or an auditor
+would, so that the tree's growth is in the Runs per second measured.
+
 On a shared machine a round's figures swing with the other work: the summary takes the median
 of the rounds and the ratio of their sums, with the interval the sums' ratio falls in when the
 rounds are resampled (a bootstrap: what the swings leave uncertain), and the CPU per Run says
@@ -31,14 +37,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import statistics
+from collections.abc import Coroutine
 from pathlib import Path
+from typing import Any
 
 import httpx
 
 from bench import harness
-from bench.agent import burst, sequential, warm_up
+from bench.agent import Burst, burst, sequential, warm_up
 from bench.messages import admit_with_token
 from tests.served import SRC, ServedGateway
 
@@ -46,7 +55,9 @@ from tests.served import SRC, ServedGateway
 LEDGER_OFF = Path(__file__).resolve().parent / "ledger_off"
 
 
-def compare(backend: str, other: Path | None, rounds: int, samples: int, total: int, clients: int) -> None:
+def compare(
+    backend: str, other: Path | None, rounds: int, samples: int, total: int, clients: int, every: float | None
+) -> None:
     env = {"AGENT_GATEWAY_RUNTIME_MODE": "persistent"}
     if other is None:
         without_src = SRC
@@ -71,7 +82,7 @@ def compare(backend: str, other: Path | None, rounds: int, samples: int, total: 
                 served = gateways[name]
                 p50[name].append(statistics.median(asyncio.run(sequential(served, samples, users[name][0][1]))))
                 before = harness.tree_cpu_s(served.process.pid)
-                rate[name].append(asyncio.run(burst(served, total, clients, users[name][1:])).rate)
+                rate[name].append(asyncio.run(read_during(burst(served, total, clients, users[name][1:]), served, every)).rate)
                 cpu_ms[name].append((harness.tree_cpu_s(served.process.pid) - before) * 1000 / total)
             print(
                 f"[{backend}] round {number + 1} (load {os.getloadavg()[0]:.1f}): "
@@ -98,6 +109,26 @@ def compare(backend: str, other: Path | None, rounds: int, samples: int, total: 
     )
 
 
+async def read_during(measured: Coroutine[Any, Any, Burst], served: ServedGateway, every: float | None) -> Burst:
+    """``measured``, with the ledger's checkpoint read every ``every`` seconds meanwhile (None: never)."""
+    if every is None:
+        return await measured
+
+    async def read() -> None:
+        async with httpx.AsyncClient(base_url=served.agent_url, timeout=60) as client:
+            while True:
+                await asyncio.sleep(every)
+                (await client.get("/ledger/checkpoint")).raise_for_status()
+
+    reader = asyncio.create_task(read())
+    try:
+        return await measured
+    finally:
+        reader.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await reader
+
+
 def ledger_size(served: ServedGateway) -> int:
     return int(httpx.get(f"{served.agent_url}/ledger/checkpoint", timeout=60).text.split("\n")[1])
 
@@ -110,10 +141,11 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=40)
     parser.add_argument("--burst", type=int, default=150)
     parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument("--checkpoint-every", type=float, help="read the ledger's checkpoint every S seconds during bursts")
     args = parser.parse_args()
     other = args.against.resolve() if args.against is not None else None
     for backend in ("sqlite", "postgresql") if args.backend == "both" else (args.backend,):
-        compare(backend, other, args.rounds, args.samples, args.burst, args.clients)
+        compare(backend, other, args.rounds, args.samples, args.burst, args.clients, args.checkpoint_every)
 
 
 if __name__ == "__main__":
