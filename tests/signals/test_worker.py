@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import uuid
 from collections.abc import Callable
@@ -532,3 +533,31 @@ async def test_the_worker_steps_alone_only_on_postgresql_with_nothing_written_be
     store.watched = frozenset({ledger_queries.CHANNEL})
     assert not worker_._alone()
     store.webhook_urls, store.watched = {}, frozenset()
+
+
+@pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
+async def test_on_postgresql_the_agent_has_its_run_before_the_next_signal_is_read_ahead(
+    make_gateway: GatewayFactory,
+) -> None:
+    """The read ahead beside a Run (PostgreSQL) renders the next Signal's Prompts, which the
+    agent need not wait for: each Run is handed over before its successor is rendered."""
+    events: list[tuple[str, str]] = []
+
+    class Rendering(TemplateHandler):
+        def handle(self, signal: Signal) -> list[Prompt]:
+            events.append(("render", signal.payload["n"]))
+            return super().handle(signal)
+
+    class Handed(Recording):
+        async def run(self, run: Any) -> None:
+            events.append(("run", run.prompt))
+            await super().run(run)
+
+    gateway = await make_gateway(Handed(), register={"k": Rendering("k", "{{ n }}")})
+    names = ["A", "B", "C", "D"]
+    async with gateway.store.transaction() as conn:  # all queued at once
+        ids = [await service.emit(conn, "k", {"n": n}) for n in names]
+    for signal_id in ids:
+        assert (await finished(gateway.store, signal_id)).state == "done"
+    for before, after in itertools.pairwise(names):
+        assert events.index(("run", before)) < events.index(("render", after)), events

@@ -377,9 +377,11 @@ class Worker:
     async def _execute(self, run: Run, *, ahead: bool) -> tuple[str | None, bool]:
         """Hand a started Run to the runtime; return its error (None when done), and whether
         the operator cancelled it. ``ahead``: it is its Signal's last, so the next Signal is read meanwhile."""
+        # The Run's task first: tasks start in the order they are made, and the read ahead may
+        # render the next Signal's Prompts before it awaits anything, which the agent need not wait for.
+        call = asyncio.create_task(self._call_runtime(run), name=f"run {run.id}")
         if ahead and self._alone():
             self._ahead = asyncio.create_task(self._reading_ahead(), name=f"read ahead of {run.id}")
-        call = asyncio.create_task(self._call_runtime(run), name=f"run {run.id}")
         watching = asyncio.create_task(self._interrupted(run), name=f"stop or cancel of {run.id}")
         try:
             await asyncio.wait({call, watching}, return_when=asyncio.FIRST_COMPLETED)
