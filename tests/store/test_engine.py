@@ -12,7 +12,9 @@ import sys
 import threading
 import uuid
 from pathlib import Path
+from typing import Any
 
+import asyncpg
 import httpx
 import pytest
 import sqlalchemy as sa
@@ -592,3 +594,104 @@ async def test_rows_carried_by_a_rolled_back_transaction_are_never_written(store
             engine.notify(conn, "signals")
     async with store.read() as conn:
         assert (await conn.execute(sa.select(sa.func.count()).select_from(tables.webhook_deliveries))).scalar() == 0
+
+
+_BACKEND_PID = direct.Query(sa.text("SELECT pg_backend_pid()"))
+
+
+async def test_a_serial_writer_writes_alone_on_a_connection_of_its_own(store: Store) -> None:
+    """``Store.alone_writer``: statements that each commit by themselves, as ``Store.alone``'s; on
+    PostgreSQL on one connection kept for the writer (once opened beside its first use, which
+    takes one of the pool's), not checked out of the reads' pool each time."""
+    writer = store.alone_writer()
+    ids = [f"00000000-0000-4000-8000-00000000000{n}" for n in range(1, 4)]
+    async with writer() as conn:
+        await insert_user_directly(conn, ids[0])
+        assert [row[0] for row in await store.fetch(_USER_IDS)] == ids[:1]  # committed at once
+    if store.dialect == "postgresql":
+        await writer.opened()  # type: ignore[attr-defined]
+    with pytest.raises(Exception) as failed:  # refused by the database: the connection serves the next use
+        async with writer() as conn:
+            [(refused_on,)] = await direct.run(conn, _BACKEND_PID) if store.dialect == "postgresql" else [(None,)]
+            await insert_user_directly(conn, ids[0])
+    assert "UNIQUE" in str(failed.value).upper() or "unique" in type(failed.value).__name__.lower()
+    pids = set()
+    async with writer() as conn:
+        await insert_user_directly(conn, ids[1])
+        if store.dialect == "postgresql":
+            [(pid,)] = await direct.run(conn, _BACKEND_PID)
+            pids.add(pid)
+    assert await user_ids(store) == ids[:2]
+    if store.dialect != "postgresql":
+        return
+    for _ in range(3):
+        async with writer() as conn:
+            [(pid,)] = await direct.run(conn, _BACKEND_PID)
+            pids.add(pid)
+    [(pooled,)] = await store.fetch(_BACKEND_PID)
+    assert pids == {refused_on} and pooled not in pids
+
+
+@pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
+async def test_a_serial_writer_gets_a_fresh_connection_once_its_own_is_lost_or_cut(
+    store: Store, database_url: str
+) -> None:
+    writer = store.alone_writer()
+
+    async def pid() -> int:
+        async with writer() as conn:
+            [(number,)] = await direct.run(conn, _BACKEND_PID)
+        return int(number)
+
+    async def own_pid() -> int:
+        """The writer's own connection's, once it is open (a use meanwhile takes the pool's)."""
+        await pid()
+        await writer.opened()  # type: ignore[attr-defined]
+        return await pid()
+
+    async def sleep_alone() -> None:
+        async with writer() as conn:
+            await direct.run(conn, direct.Query(sa.text("SELECT pg_sleep(2)")))
+
+    async def sessions(pid: int, like: str = "%") -> int:
+        connection = await asyncpg.connect(database_url)
+        try:
+            return int(await connection.fetchval(
+                "SELECT count(*) FROM pg_stat_activity WHERE pid = $1 AND query LIKE $2", pid, like
+            ))
+        finally:
+            await connection.close()
+
+    async def until(condition: Any) -> None:
+        for _ in range(30_000):
+            if await condition():
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError("condition not reached")
+
+    first = await own_pid()
+    [(pooled,)] = await store.fetch(_BACKEND_PID)
+    # Ended by the server (an administrator, a restart): a use that meets the loss fails as a
+    # statement would, and the writer goes on, on a new connection of its own.
+    [(ended,)] = await store.fetch(direct.Query(sa.text("SELECT pg_terminate_backend(:pid)")), pid=first)
+    assert ended
+    await until(lambda: _not(sessions(first)))
+    with contextlib.suppress(asyncpg.PostgresError, asyncpg.InterfaceError, OSError):
+        await pid()
+    second = await own_pid()
+    assert second not in (first, pooled)
+    # Cancelled mid-statement: that connection is not used again (it may still be busy).
+    sleeping = asyncio.create_task(sleep_alone())
+    await until(lambda: sessions(second, "%pg_sleep%"))
+    sleeping.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await sleeping
+    third = await own_pid()
+    assert third not in (first, second, pooled)
+    # Closed with the Store.
+    await store.close()
+    await until(lambda: _not(sessions(third)))
+
+
+async def _not(count: Any) -> bool:
+    return not await count

@@ -88,6 +88,8 @@ class Worker:
         self.runtime = runtime
         # Each Run's entry goes on the Run ledger in the transaction that starts it.
         self.ledger = ledger
+        # Its steps written alone, on PostgreSQL on a connection of its own.
+        self._alone_connection = store.alone_writer()
         self._stop = asyncio.Event()
         self._subscription: Subscription | None = None
         self._cancels: Subscription | None = None
@@ -197,7 +199,7 @@ class Worker:
                 self._queue_empty = True
                 return None
             if ahead.runs:
-                async with self.store.alone() as conn:
+                async with self._alone_connection() as conn:
                     claimed = await self._claimed_ahead(conn, ahead, None)
                 if claimed is not None:
                     return claimed
@@ -448,7 +450,7 @@ class Worker:
         ahead = await self._taken_ahead()
         usual = step.ends_and_claims() and not self._stop.is_set()  # the usual step, in fewer statements
         if usual and ahead is not None and self._alone():
-            async with self.store.alone() as alone:
+            async with self._alone_connection() as alone:
                 ending = signal_queries.ending(**self._ends(step, clock.now_iso()))
                 if ahead.queued is not None and ahead.runs:
                     claimed = await self._claimed_ahead(alone, ahead, ending)

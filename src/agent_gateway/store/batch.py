@@ -45,10 +45,11 @@ class Batcher(Generic[Item, Result]):
         self, store: Store, write: Write[Item, Result], *, limit: int = BATCH_LIMIT, alone: bool = False
     ) -> None:
         """``alone``: ``write``'s statements need no transaction around them, so each commits
-        by itself (:meth:`Store.alone`), without the transaction's fixed cost."""
+        by itself (:meth:`Store.alone_writer`: one batch at a time, on PostgreSQL on a connection
+        of its own), without the transaction's fixed cost."""
         self._store = store
         self._write = write
-        self._connection = store.alone if alone else store.transaction
+        self._connection = store.alone_writer() if alone else store.transaction
         self._limit = limit
         self._waiting: list[tuple[Item, asyncio.Future[Result]]] = []
         self._writer: asyncio.Task[None] | None = None

@@ -296,6 +296,14 @@ class Store:
             finally:
                 driver.end_alone()
 
+    def alone_writer(self) -> Callable[[], contextlib.AbstractAsyncContextManager[AsyncConnection | direct.Alone]]:
+        """:meth:`alone` for one serial writer (the Signal Worker, a Batcher writing alone), which
+        never writes twice at once: on PostgreSQL on a connection of its own (:class:`.direct.Own`)."""
+        if self._sqlite_writer is None:
+            assert self._direct is not None
+            return self._direct.own(self.engine.sync_engine)
+        return self.alone
+
     @contextlib.asynccontextmanager
     async def read(self) -> AsyncIterator[AsyncConnection]:
         """A connection for reading only.
