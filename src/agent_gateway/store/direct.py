@@ -202,7 +202,7 @@ class Reader:
 
     def own(self, sync_engine: sa.Engine) -> Own:
         """A connection of one serial writer's own for statements of ``sync_engine``'s that each
-        commit alone (PostgreSQL), opened on first use; closed with this Reader."""
+        commit alone (PostgreSQL), opened beside its first use; closed with this Reader."""
         own = Own(self, sync_engine)
         self._owned.append(own)
         return own
