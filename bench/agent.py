@@ -1,7 +1,7 @@
 """The agent kept warm: the demo echo agent under the persistent runtime, as ``init --demo-user`` deploys it.
 
     python -m bench.agent [--backend sqlite|postgresql|both] [--samples 60] [--burst 300] [--clients 16] [--kills 3]
-                          [--mode persistent|per-run] [--rounds N]
+                          [--mode persistent|per-run] [--rounds N [--cpu]]
 
 Each backend gets a fresh real gateway (``bench.harness``: ``init``, then
 ``serve``, one process), and prints:
@@ -30,7 +30,10 @@ sums, with the interval the sums' ratio falls in when the rounds are resampled, 
 backend took to answer the burst's inbound ``POST``s (the Runs go on after, on PostgreSQL also
 during). Each gateway takes one burst first, not counted (its connections opened, its statements
 prepared). Its Users are admitted with the operator's Python API, so ``--clients 300 --burst 300``
-is a burst of 300 Messages from 300 Users, one each.
+is a burst of 300 Messages from 300 Users, one each. ``--cpu`` then also prints, for each backend,
+the CPU each process used per Message over the measured bursts (``bench.cpu``): ``serve``, the
+agent, this client, and on PostgreSQL each connection (named by its statement) and the server's
+background processes; on two cores, what one backend spends more is what its burst waits for.
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ import time
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from bench import harness, rawhttp
+from bench import cpu, harness, rawhttp
 from bench.messages import admit_many, admit_with_token
 from tests.served import ServedGateway
 
@@ -242,8 +245,9 @@ def warm_up(
         print(f"warm-up burst (not counted): {name} {warm:,.0f} answered/s")
 
 
-def compare_backends(rounds: int, total: int, clients: int, mode: str) -> None:
-    """The burst on SQLite and on PostgreSQL in alternating rounds (see the module's docstring)."""
+def compare_backends(rounds: int, total: int, clients: int, mode: str, cpu_table: bool = False) -> None:
+    """The burst on SQLite and on PostgreSQL in alternating rounds (see the module's docstring);
+    ``cpu_table``: with each backend's CPU per Message, by process."""
     env = {"AGENT_GATEWAY_RUNTIME_MODE": mode}
     with harness.gateway("sqlite", env) as sqlite, harness.gateway("postgresql", env) as postgresql:
         gateways = {"sqlite": sqlite, "postgresql": postgresql}
@@ -253,17 +257,28 @@ def compare_backends(rounds: int, total: int, clients: int, mode: str) -> None:
         warm_up(gateways, total, clients, users)
         rate: dict[str, list[float]] = {name: [] for name in gateways}
         inbound_ms: dict[str, list[float]] = {name: [] for name in gateways}
+        accounts = {name: cpu.Accounts(served) for name, served in gateways.items()}
+        client_ms = dict.fromkeys(gateways, 0.0)
         for number in range(rounds):
             for name in ("sqlite", "postgresql") if number % 2 == 0 else ("postgresql", "sqlite"):
+                before = accounts[name].start()
                 measured = asyncio.run(burst(gateways[name], total, clients, users[name]))
+                accounts[name].stop(before)
                 rate[name].append(measured.rate)
                 inbound_ms[name].append(measured.inbound_s * 1000)
+                client_ms[name] += measured.client_cpu_ms
             print(
                 f"round {number + 1} (load {os.getloadavg()[0]:.1f}): "
                 + "   ".join(
                     f"{name} {rate[name][-1]:6,.0f} answered/s (inbound {inbound_ms[name][-1]:4.0f} ms)" for name in gateways
                 )
             )
+        tables = {name: accounts[name].table(rounds * total) for name in gateways} if cpu_table else {}
+    for name, table in tables.items():
+        print(f"{name}: CPU per Message over the measured bursts, by process (ms)")
+        for label, ms in [*table, ("this client (bench.rawhttp)", client_ms[name] / rounds)]:
+            print(f"  {ms:6.3f}  {label}")
+        print(f"  {sum(ms for _, ms in table) + client_ms[name] / rounds:6.3f}  in all")
     per_round = sorted(a / b for a, b in zip(rate["postgresql"], rate["sqlite"], strict=True))
     low, high = harness.interval(rate["postgresql"], rate["sqlite"])
     print(
@@ -286,11 +301,14 @@ def main() -> None:
     parser.add_argument("--kills", type=int, default=3)
     parser.add_argument("--mode", choices=["persistent", "per-run"], default="persistent")
     parser.add_argument("--rounds", type=int, help="compare the backends' bursts in this many alternating rounds")
+    parser.add_argument("--cpu", action="store_true", help="with --rounds: each backend's CPU per Message, by process")
     args = parser.parse_args()
+    if args.cpu and args.rounds is None:
+        parser.error("--cpu accounts the CPU of a comparison: give --rounds")
     if args.rounds is not None:
         if args.backend != "both":
             parser.error("--rounds compares the two backends: give --backend both")
-        compare_backends(args.rounds, args.burst, args.clients, args.mode)
+        compare_backends(args.rounds, args.burst, args.clients, args.mode, args.cpu)
         return
     for backend in ("sqlite", "postgresql") if args.backend == "both" else (args.backend,):
         print(f"{backend:<10} runtime.mode = {args.mode!r}")
