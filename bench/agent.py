@@ -98,15 +98,17 @@ class Burst(NamedTuple):
     """One burst's figures."""
 
     rate: float  # Messages answered per second, from the first sent to the last answer
-    client_cpu_ms: float  # this client's own CPU per Message (taken from the gateway's two cores)
+    client_cpu_ms: float  # this client's own CPU per Message until drained (taken from the gateway's two cores)
     inbound_s: float  # from the first sent until every inbound POST was answered (201)
 
 
 async def burst(
-    served: ServedGateway, total: int, clients: int, users: list[tuple[str, dict[str, str]]] | None = None
+    served: ServedGateway, total: int, clients: int, users: list[tuple[str, dict[str, str]]] | None = None,
+    accounts: cpu.Accounts | None = None,
 ) -> Burst:
     """``total`` Messages from ``clients`` Users at once (``users``, or Users admitted now), until
-    every one is answered."""
+    every one is answered; ``accounts`` counts the gateway's CPU from the first sent until every
+    Signal has ended (not the client's reads of the Users' logs before and after)."""
     if users is None:
         users = [admit_with_token(served) for _ in range(clients)]
     shares = [total // clients + (1 if n < total % clients else 0) for n in range(clients)]
@@ -116,19 +118,22 @@ async def burst(
             for n in range(count):
                 ok(await public.post("/messages", {"text": f"burst {n}"}), 201)
 
-    async def last_answer(agent: rawhttp.Connection) -> datetime.datetime:
-        """When the last answer was recorded (its ``createdAt``), once every Signal has ended: the
-        poller's own period and load change nothing measured, so it asks only for the newest
-        Signal (the worker takes them oldest first), every ``BURST_POLL_S``, and reads each
-        User's log past what it had seen once the burst is over."""
+    async def drained(agent: rawhttp.Connection) -> None:
+        """Return once every Signal has ended: the poller's own period and load change nothing
+        measured (see :func:`last_answer`), so it asks only for the newest Signal (the worker
+        takes them oldest first), every ``BURST_POLL_S``."""
         deadline = time.perf_counter() + ANSWER_TIMEOUT_S * 5
         while True:
             [newest] = ok(await agent.get("/signals", {"limit": "1"}), 200)["signals"]
             if newest["state"] not in ("pending", "processing"):
-                break
+                return
             if time.perf_counter() > deadline:
                 raise SystemExit(f"not all answered; gateway log:\n{served.output()}")
             await asyncio.sleep(BURST_POLL_S)
+
+    async def last_answer(agent: rawhttp.Connection) -> datetime.datetime:
+        """When the last answer was recorded (its ``createdAt``), read from each User's log past
+        what it had seen, once the burst is over."""
         last = ""
         for (user_id, _), count in zip(users, shares):
             params = {"user": user_id, "after": str(seen[user_id]), "limit": "200"}
@@ -144,15 +149,17 @@ async def burst(
         for user_id, _ in users:
             newest = ok(await agent.get("/messages", {"user": user_id, "limit": "1"}), 200)["messages"]
             seen[user_id] = newest[-1]["seq"] if newest else 0
-        started, cpu = datetime.datetime.now(datetime.UTC), time.process_time()
+        counted = accounts.start() if accounts is not None else {}
+        started, client_cpu = datetime.datetime.now(datetime.UTC), time.process_time()
         # Every Message is sent before the poller looks: the newest Signal is then the burst's last.
         await asyncio.gather(*(user_sends(auth, count) for (_, auth), count in zip(users, shares)))
         inbound = datetime.datetime.now(datetime.UTC)
+        await drained(agent)
+        client_cpu = time.process_time() - client_cpu
+        if accounts is not None:
+            accounts.stop(counted)
         ended = await last_answer(agent)
-    return Burst(
-        total / (ended - started).total_seconds(), (time.process_time() - cpu) * 1000 / total,
-        (inbound - started).total_seconds(),
-    )
+    return Burst(total / (ended - started).total_seconds(), client_cpu * 1000 / total, (inbound - started).total_seconds())
 
 
 def agent_pid(served: ServedGateway) -> int:
@@ -261,9 +268,7 @@ def compare_backends(rounds: int, total: int, clients: int, mode: str, cpu_table
         client_ms = dict.fromkeys(gateways, 0.0)
         for number in range(rounds):
             for name in ("sqlite", "postgresql") if number % 2 == 0 else ("postgresql", "sqlite"):
-                before = accounts[name].start()
-                measured = asyncio.run(burst(gateways[name], total, clients, users[name]))
-                accounts[name].stop(before)
+                measured = asyncio.run(burst(gateways[name], total, clients, users[name], accounts[name]))
                 rate[name].append(measured.rate)
                 inbound_ms[name].append(measured.inbound_s * 1000)
                 client_ms[name] += measured.client_cpu_ms
