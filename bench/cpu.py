@@ -14,58 +14,38 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import os
-from pathlib import Path
 
 import asyncpg
 
 from bench import harness
 from tests.served import ServedGateway
 
-TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 # How much of a connection's last statement names it.
 LABEL_CHARS = 60
 
 
 def _cpu_s(pid: int) -> float | None:
-    """CPU seconds ``pid`` has used (user and system); None once it is gone."""
+    """:func:`harness.cpu_s`; None once the process is gone."""
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
+        return harness.cpu_s(pid)
+    except (OSError, IndexError, ValueError):
         return None
-    return (int(fields[11]) + int(fields[12])) / TICKS_PER_S
-
-
-def _processes() -> dict[int, tuple[int, str]]:
-    """Every process: its parent and its command line."""
-    found = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            status = (entry / "status").read_text()
-            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
-        except OSError:
-            continue
-        parent = next(int(line.split()[1]) for line in status.splitlines() if line.startswith("PPid:"))
-        found[int(entry.name)] = (parent, command)
-    return found
 
 
 class Accounts:
-    """The CPU time of one gateway's processes, summed over the stretches :meth:`measure` brackets."""
+    """The CPU time of one gateway's processes, summed over the stretches between :meth:`start` and :meth:`stop`."""
 
     def __init__(self, served: ServedGateway) -> None:
         self.served = served
         url = served.database_url or ""
         self.database = url.rsplit("/", 1)[1] if url.startswith("postgresql") else None
         self.used: collections.Counter[str] = collections.Counter()  # label -> CPU seconds
-        self._kinds: dict[int, str] = {}  # pid -> serve, agent, connection or background
+        self._kinds: dict[int, str] = {}  # pid -> its kind (a label, or "connection")
 
     def _ours(self) -> dict[int, str]:
         """This gateway's processes now, each with its kind."""
         kinds = {}
-        processes = _processes()
+        processes = harness.processes()
         serve = self.served.process.pid
         for pid, (parent, command) in processes.items():
             while parent not in (serve, 0, 1) and parent in processes:  # the sandbox's processes between

@@ -65,16 +65,25 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def tree_cpu_s(pid: int) -> float:
-    """:func:`cpu_s` of a process and of every live descendant (its HTTP workers, its agent)."""
-    children: dict[int, list[int]] = {}
+def processes() -> dict[int, tuple[int, str]]:
+    """Every live process: its parent's pid and its command line (arguments joined by spaces)."""
+    found = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
                 parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
             except (OSError, IndexError, ValueError):
                 continue  # gone meanwhile
-            children.setdefault(parent, []).append(int(entry.name))
+            found[int(entry.name)] = (parent, command)
+    return found
+
+
+def tree_cpu_s(pid: int) -> float:
+    """:func:`cpu_s` of a process and of every live descendant (its HTTP workers, its agent)."""
+    children: dict[int, list[int]] = {}
+    for child, (parent, _) in processes().items():
+        children.setdefault(parent, []).append(child)
     total, pending = 0.0, [pid]
     while pending:
         current = pending.pop()
