@@ -13,6 +13,7 @@ from agent_gateway import clock, jsontext
 from agent_gateway.messages import service
 from agent_gateway.signals import service as signals
 from agent_gateway.store import engine as engine_module
+from agent_gateway.store import notifications
 from agent_gateway.store.engine import Store
 from agent_gateway.store.queries import messages as queries
 from agent_gateway.store.queries import signals as signal_queries
@@ -184,6 +185,43 @@ async def test_a_lost_race_raises_and_the_transaction_stores_nothing(store: Stor
     with pytest.raises(queries.LostRace):
         await losing
     assert [row["seq"] for row in await stored_messages(store)] == [1]
+
+
+@pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
+async def test_a_statement_alone_writes_a_batch_of_one_in_its_own_form_and_numbers_it_as_a_batch(
+    store: Store, database_url: str
+) -> None:
+    """On PostgreSQL a batch of one row is written by the INSERT's one-row form, more rows by the
+    batch's (the same parameters): each numbers the User's log one past its largest seq, leaves
+    a User nobody holds unwritten, and wakes the User's streams in another process."""
+    user_id, nobody = await admit(store), str(uuid.uuid4())
+
+    def rows(*texts: str, user: str = user_id) -> list[tuple[str, str, str, str, str]]:
+        return [(str(uuid.uuid4()), user, "outbound", text, clock.now_iso()) for text in texts]
+
+    assert queries._APPEND_ALONE.of(rows("a")) is queries._APPEND_ALONE.one
+    assert queries._APPEND_ALONE.of(rows("a", "b")) is queries._APPEND_ALONE.many
+    assert "unnest" not in queries._APPEND_ALONE.one.bind(store.engine.dialect, {})[0].split("woken AS")[0]
+    other = Store(database_url)  # another process's, listening as the one that serves streams does
+    probe, stream = other.subscribe("probe"), other.subscribe(service.channel(user_id))
+    other.listen()
+    try:
+        async with asyncio.timeout(WAKE_CEILING_S):  # connected: every channel woken once
+            await probe.wait(None)
+            await stream.wait(None)
+        wake = [notifications.pg_payload(store.origin, service.channel(user_id))]
+        async with store.alone() as conn:
+            [one] = await queries.append_alone(conn, rows("one"), wake)
+            async with asyncio.timeout(WAKE_CEILING_S):
+                assert await stream.wait(None) is True
+            two, three = await queries.append_alone(conn, rows("two", "three"), wake)
+            [four] = await queries.append_alone(conn, rows("four"), wake)
+            assert await queries.append_alone(conn, rows("lost", user=nobody), []) == [None]
+    finally:
+        await other.close()
+    written = [(1, "one"), (2, "two"), (3, "three"), (4, "four")]
+    assert [(m.seq, m.text) for m in (one, two, three, four)] == written  # type: ignore[union-attr]
+    assert [(row["seq"], row["text"]) for row in await stored_messages(store)] == written
 
 
 async def test_append_many_writes_drafts_in_order_answering_refusals_in_their_place(store: Store) -> None:

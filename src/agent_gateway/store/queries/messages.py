@@ -139,6 +139,20 @@ def _append_many_postgres(users: str) -> str:
     )
 
 
+def _append_one_postgres(users: str) -> str:
+    """:func:`_append_many_postgres` for a batch of one row, the same arrays' first elements: no
+    unnest, join, sort or window for PostgreSQL to start at each execution. A batch of one is the
+    usual write (a Run's answer, a User's Message when nobody else writes at once); its server
+    CPU was 0.20 ms against 0.28 in the batch's form (one-row INSERTs of 300 Users, alternating)."""
+    return (
+        "INSERT INTO messages (id, user_id, direction, seq, text, created_at) "
+        "SELECT (:ids)[1], u.id, (:directions)[1], "
+        "coalesce((SELECT max(m.seq) FROM messages AS m WHERE m.user_id = u.id), 0) + 1, (:texts)[1], (:created_ats)[1] "
+        f"FROM {users} AS u WHERE u.id = (:user_ids)[1] "
+        "RETURNING id, seq, user_id"
+    )
+
+
 # The streams of the Users written to are woken by the statement that writes their Messages, not
 # by a NOTIFY statement of their own before COMMIT (a round trip less): each statement around
 # the batch's INSERT joins its rows with this, so PostgreSQL sends the notifications (at commit,
@@ -149,16 +163,35 @@ WOKEN = "woken AS (SELECT count(pg_notify(:channel, payload)) FROM unnest(CAST(:
 # A statement written alone first locks the Users it writes to (lock_logs, in the statement), so
 # that it waits for their other writers before it writes anything.
 _LOCKED = "locked AS MATERIALIZED (SELECT id FROM users WHERE id = ANY(:user_ids) ORDER BY id FOR UPDATE), "
+_LOCKED_ONE = "locked AS MATERIALIZED (SELECT id FROM users WHERE id = (:user_ids)[1] FOR UPDATE), "
 
 
-def appending_many(select: str, *, locking: bool = False, also: str = "") -> direct.Query:
-    """A statement around the batch's INSERT (:func:`_append_many_postgres`) and :data:`WOKEN`:
-    ``select`` reads the written rows as ``appended AS a`` (each Message's id and seq first) joined
-    with ``woken``; its array parameters typed. ``locking``: the rows are written from the Users it
-    locks first. ``also``: more WITH clauses, which may read ``appended``."""
+@dataclasses.dataclass(frozen=True)
+class Appending:
+    """A statement around a batch's INSERT (:func:`appending_many`), in two forms taking the same
+    parameters: for a batch of one row, and for more."""
+
+    one: direct.Query
+    many: direct.Query
+
+    def of(self, rows: Sequence[object]) -> direct.Query:
+        """The form that writes ``rows``."""
+        return self.one if len(rows) == 1 else self.many
+
+
+def appending_many(select: str, *, locking: bool = False, also: str = "") -> Appending:
+    """A statement around the batch's INSERT (:func:`_append_many_postgres`, or
+    :func:`_append_one_postgres` for one row) and :data:`WOKEN`: ``select`` reads the written rows
+    as ``appended AS a`` (each Message's id and seq first) joined with ``woken``; its array
+    parameters typed. ``locking``: the rows are written from the Users it locks first. ``also``:
+    more WITH clauses, which may read ``appended``."""
     users = "locked" if locking else "users"
-    sql = f"WITH {_LOCKED if locking else ''}appended AS ({_append_many_postgres(users)}), {WOKEN}{also} {select}"
-    return direct.Query(sa.text(sql).bindparams(*(sa.bindparam(name, type_=postgresql.ARRAY(sa.Text)) for name in _ARRAYS)))
+
+    def form(locked: str, insert: str) -> direct.Query:
+        sql = f"WITH {locked if locking else ''}appended AS ({insert}), {WOKEN}{also} {select}"
+        return direct.Query(sa.text(sql).bindparams(*(sa.bindparam(name, type_=postgresql.ARRAY(sa.Text)) for name in _ARRAYS)))
+
+    return Appending(form(_LOCKED_ONE, _append_one_postgres(users)), form(_LOCKED, _append_many_postgres(users)))
 
 
 _WRITTEN = "SELECT a.id, a.seq, a.user_id FROM appended AS a CROSS JOIN woken"
@@ -250,7 +283,7 @@ def wakes(conn: AsyncConnection, rows: Sequence[tuple[str, str, str, str, str]],
 
 
 async def append_many_postgres(
-    conn: AsyncConnection, query: direct.Query, rows: Sequence[tuple[str, str, str, str, str]], payloads: Sequence[str],
+    conn: AsyncConnection, query: Appending, rows: Sequence[tuple[str, str, str, str, str]], payloads: Sequence[str],
     params: Mapping[str, object] | None = None,
 ) -> tuple[list[Message | None], Sequence[Sequence[object]]]:
     """:func:`append_many` on PostgreSQL with ``query`` (see :func:`appending_many`) and its other
@@ -260,7 +293,7 @@ async def append_many_postgres(
     columns = {name: list(values) for name, values in zip(_ARRAYS, zip(*rows), strict=True)}
     try:
         returned = await direct.run(
-            conn, query, channel=notifications.PG_CHANNEL, payloads=list(payloads), **columns, **(params or {})
+            conn, query.of(rows), channel=notifications.PG_CHANNEL, payloads=list(payloads), **columns, **(params or {})
         )
     except _UNIQUE_VIOLATIONS as exc:
         if _is_lost_race(exc):
