@@ -177,6 +177,27 @@ async def test_every_authentication_failure_is_the_same_401(public: httpx.AsyncC
         assert response.headers.get("www-authenticate") == first.headers.get("www-authenticate")
 
 
+async def test_concurrent_requests_are_each_authenticated_by_their_own_token(
+    public: httpx.AsyncClient, gateway: Gateway, make_user: MakeUser
+):
+    # On PostgreSQL the checks of concurrent requests go many to a statement (auth.tokens).
+    users = [await make_user() for _ in range(4)]
+    frozen = clock.FrozenClock("2026-11-21T10:00:00.000Z")
+    with clock.use(frozen):
+        expired = await token_of(public, users[0].id)
+        frozen.advance(milliseconds=gateway.settings.token_ttl_ms)
+        live = {await token_of(public, user.id): user.id for user in users}
+        revoked = await token_of(public, users[1].id)
+        assert (await public.delete("/auth/tokens/current", headers=bearer(revoked))).status_code == 204
+        tokens = [*live, expired, revoked, "agw_" + "C" * 43] * 8
+        responses = await asyncio.gather(*(me(public, token) for token in tokens))
+    for token, response in zip(tokens, responses, strict=True):
+        if token in live:
+            assert (response.status_code, response.json()["id"]) == (200, live[token])
+        else:
+            assert response.status_code == 401
+
+
 @pytest.mark.parametrize(("method", "path", "body"), PROTECTED)
 async def test_protected_routes_refuse_a_missing_or_bad_token(public: httpx.AsyncClient, method: str, path: str, body: object):
     login_failure = await login(public, UNKNOWN_ID)

@@ -11,7 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from agent_gateway.decisions import service
 from agent_gateway.signatures import keys
 from agent_gateway.signatures.identity import SigningIdentity
-from agent_gateway.store.batch import Batcher
+from agent_gateway.store.batch import Batcher, Lookups
 from agent_gateway.store.engine import Store
 from agent_gateway.store.window import Window
 
@@ -118,3 +118,110 @@ async def test_a_batch_the_database_refuses_fails_every_item_at_once(store: Stor
     assert all(isinstance(outcome, ConnectionResetError) for outcome in outcomes)
     # Not tried again item by item: each would only wait for the database again.
     assert write.batches == [["a", "b", "c"]]
+
+
+# --- Lookups: reads, many to a statement ----------------------------------------------
+
+
+class Reading:
+    """A read that answers each item doubled, holding each batch until ``release`` (if given) is
+    set; it records each batch and the task it ran in. "boom" breaks the batch it is in."""
+
+    def __init__(self, release: asyncio.Event | None = None) -> None:
+        self.batches: list[list[str]] = []
+        self.tasks: list[asyncio.Task[object] | None] = []
+        self.release = release
+
+    async def __call__(self, items: Sequence[str]) -> list[str]:
+        self.batches.append(list(items))
+        self.tasks.append(asyncio.current_task())
+        if self.release is not None:
+            await self.release.wait()
+        if "boom" in items:
+            raise RuntimeError("boom")
+        return [item * 2 for item in items]
+
+
+async def test_a_lone_read_runs_at_once_in_its_callers_task() -> None:
+    read = Reading()
+    lookups: Lookups[str, str] = Lookups(read)
+    assert await lookups("a") == "aa"
+    assert await lookups("b") == "bb"
+    assert read.batches == [["a"], ["b"]]
+    assert read.tasks == [asyncio.current_task()] * 2
+
+
+async def test_reads_asked_while_one_runs_go_together_after_it_each_answered_in_its_place() -> None:
+    release = asyncio.Event()
+    read = Reading(release)
+    lookups: Lookups[str, str] = Lookups(read)
+    first = asyncio.ensure_future(lookups("first"))
+    await asyncio.sleep(0)  # its read has begun: the next ones wait for it
+    waiting = [asyncio.ensure_future(lookups(f"r{index}")) for index in range(5)]
+    await asyncio.sleep(0)
+    assert read.batches == [["first"]]  # not one of them was read before the first ended
+    release.set()
+    assert await first == "firstfirst"
+    assert await asyncio.gather(*waiting) == [f"r{index}" * 2 for index in range(5)]
+    assert read.batches == [["first"], [f"r{index}" for index in range(5)]]
+    assert await lookups("after") == "afterafter"  # idle again: at once, alone
+    assert read.batches[-1] == ["after"]
+
+
+async def test_read_batches_are_capped() -> None:
+    release = asyncio.Event()
+    read = Reading(release)
+    lookups: Lookups[str, str] = Lookups(read, limit=3)
+    asked = [asyncio.ensure_future(lookups(f"r{index}")) for index in range(8)]
+    await asyncio.sleep(0)
+    release.set()
+    assert await asyncio.gather(*asked) == [f"r{index}" * 2 for index in range(8)]
+    assert read.batches == [["r0"], ["r1", "r2", "r3"], ["r4", "r5", "r6"], ["r7"]]
+
+
+async def test_a_failed_read_is_the_answer_of_its_batch_alone() -> None:
+    release = asyncio.Event()
+    read = Reading(release)
+    lookups: Lookups[str, str] = Lookups(read, limit=2)
+    asked = [asyncio.ensure_future(lookups(item)) for item in ("first", "a", "boom", "b")]
+    await asyncio.sleep(0)
+    release.set()
+    outcomes = await asyncio.gather(*asked, return_exceptions=True)
+    assert outcomes[0] == "firstfirst"
+    assert all(isinstance(outcome, RuntimeError) for outcome in outcomes[1:3])
+    assert outcomes[3] == "bb"
+    assert await lookups("c") == "cc"
+
+
+async def test_a_read_withdrawn_while_waiting_is_not_read_and_a_stopped_one_leaves_nobody_waiting() -> None:
+    release = asyncio.Event()
+    read = Reading(release)
+    lookups: Lookups[str, str] = Lookups(read)
+    first = asyncio.ensure_future(lookups("first"))
+    await asyncio.sleep(0)
+    withdrawn = asyncio.ensure_future(lookups("withdrawn"))
+    kept = asyncio.ensure_future(lookups("kept"))
+    await asyncio.sleep(0)
+    withdrawn.cancel()
+    release.set()
+    assert (await first, await kept) == ("firstfirst", "keptkept")
+    assert read.batches == [["first"], ["kept"]]
+    # A read under way stopped (its caller, the loop) hands the waiting ones on, and the reader of
+    # those stopped leaves none of them waiting.
+    release.clear()
+    first = asyncio.ensure_future(lookups("first"))
+    await asyncio.sleep(0)
+    waiting = asyncio.ensure_future(lookups("waiting"))
+    await asyncio.sleep(0)
+    first.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    await asyncio.sleep(0)
+    assert read.batches[-1] == ["waiting"]
+    reader = lookups._reader
+    assert reader is not None
+    reader.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    release.set()
+    assert await lookups("again") == "againagain"

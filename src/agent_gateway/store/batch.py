@@ -101,6 +101,63 @@ class Batcher(Generic[Item, Result]):
             _settle(future, result)
 
 
+Read = Callable[[Sequence[Item]], Awaitable[Sequence[Result]]]
+
+
+class Lookups(Generic[Item, Result]):
+    """Concurrent reads of one kind, many to a statement: a :class:`Batcher` for reads, where each
+    statement is a round trip (PostgreSQL). A read that finds none under way runs at once, alone,
+    in its caller's task (no task to start: with no load nothing costs more); the reads that arrive
+    meanwhile wait for it and then go together, ``read`` once for them all. Each statement starts
+    after every read in it was asked, so it sees all that committed before (a Token revoked then is
+    refused). ``read``'s error is the answer of each read in its batch."""
+
+    def __init__(self, read: Read[Item, Result], *, limit: int = BATCH_LIMIT) -> None:
+        self._read = read
+        self._limit = limit
+        self._waiting: list[tuple[Item, asyncio.Future[Result]]] = []
+        self._busy = False
+        self._reader: asyncio.Task[None] | None = None
+
+    async def __call__(self, item: Item) -> Result:
+        if self._busy:
+            future: asyncio.Future[Result] = asyncio.get_running_loop().create_future()
+            self._waiting.append((item, future))
+            return await future
+        self._busy = True
+        try:
+            [result] = await self._read([item])
+        finally:
+            if self._waiting:  # they waited for this read: theirs goes next
+                self._reader = asyncio.get_running_loop().create_task(self._read_waiting())
+            else:
+                self._busy = False
+        return result
+
+    async def _read_waiting(self) -> None:
+        batch: list[tuple[Item, asyncio.Future[Result]]] = []
+        try:
+            while self._waiting:
+                batch = [entry for entry in self._waiting[: self._limit] if not entry[1].done()]
+                del self._waiting[: self._limit]
+                if not batch:
+                    continue
+                try:
+                    results: Sequence[Result | Exception] = await self._read([item for item, _ in batch])
+                except Exception as exc:
+                    results = [exc] * len(batch)
+                for (_, future), result in zip(batch, results, strict=True):
+                    _settle(future, result)
+        except asyncio.CancelledError:  # stopped with the loop: nobody may wait forever
+            for _, future in batch + self._waiting:
+                future.cancel()
+            self._waiting.clear()
+            raise
+        finally:
+            self._busy = False
+            self._reader = None
+
+
 def _settle(future: asyncio.Future[Result], outcome: Result | Exception) -> None:
     if future.done():  # its caller was cancelled
         return

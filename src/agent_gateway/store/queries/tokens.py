@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agent_gateway import jsontext
@@ -31,9 +34,33 @@ _USER_BY_DIGEST = direct.Query(
 async def user_by_digest(store: Store, *, digest: str, now: str) -> User | None:
     """The User holding the Token with ``digest`` if that Token has not expired at ``now``."""
     rows = await store.fetch(_USER_BY_DIGEST, digest=digest, now=now)
-    if not rows:
-        return None
-    user_id, attributes, created_at = rows[0]
+    return _user(*rows[0]) if rows else None
+
+
+# The lookups of many requests at once as one statement (PostgreSQL, where each is a round trip):
+# each digest with the instant its request was checked at, numbered by its place.
+_USERS_BY_DIGESTS = direct.Query(
+    sa.text(
+        "SELECT d.n, u.id, u.attributes, u.created_at "
+        "FROM unnest(:digests, :nows) WITH ORDINALITY AS d(digest, now, n) "
+        "JOIN tokens AS t ON t.digest = d.digest AND t.expires_at > d.now "
+        "JOIN users AS u ON u.id = t.user_id"
+    ).bindparams(*(sa.bindparam(name, type_=postgresql.ARRAY(sa.Text)) for name in ("digests", "nows")))
+)
+
+
+async def users_by_digests(store: Store, lookups: Sequence[tuple[str, str]]) -> list[User | None]:
+    """:func:`user_by_digest` of each ``(digest, now)``, in their places, with one statement."""
+    if len(lookups) == 1:
+        [(digest, now)] = lookups
+        return [await user_by_digest(store, digest=digest, now=now)]
+    digests, nows = zip(*lookups, strict=True)
+    rows = await store.fetch(_USERS_BY_DIGESTS, digests=list(digests), nows=list(nows))
+    found = {n: _user(*user) for n, *user in rows}
+    return [found.get(n) for n in range(1, len(lookups) + 1)]
+
+
+def _user(user_id: str, attributes: str, created_at: str) -> User:
     return User(user_id, jsontext.loads(attributes), created_at)
 
 
