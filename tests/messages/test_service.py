@@ -268,6 +268,55 @@ async def test_a_writer_numbers_concurrent_messages_of_many_users(store: Store) 
         await writer.send(str(uuid.uuid4()), "to nobody")
 
 
+async def test_writers_of_many_users_logs_at_once_in_two_processes_never_deadlock_nor_skip_a_number(
+    store: Store, database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On PostgreSQL each process's batch of several Users' Messages is one statement written alone
+    that locks its Users in the order of their ids, as a transaction's lock_logs does: writers of
+    overlapping sets of logs, each way, in two processes (and a transaction beside them) wait for
+    one another but never each on the other (a deadlock would fail a statement: every one is
+    watched). On SQLite each batch is a transaction, the database's one writer at a time."""
+    other = Store(database_url)  # another process's
+    users_ = [await admit(store) for _ in range(6)]
+    failures: list[BaseException] = []
+    batches: list[int] = []
+    append_alone = queries.append_alone
+
+    async def watched(conn, rows, payloads, received=None):  # type: ignore[no-untyped-def]
+        batches.append(len({row[1] for row in rows}))
+        try:
+            return await append_alone(conn, rows, payloads, received)
+        except queries.LostRace:  # run again by the writer: no failure
+            raise
+        except BaseException as exc:
+            failures.append(exc)
+            raise
+
+    monkeypatch.setattr(queries, "append_alone", watched)
+    try:
+        writers = [service.Writer(store), service.Writer(other)]
+        sends = []
+        for round_ in range(12):
+            for index, user_id in enumerate(users_ if round_ % 2 else users_[::-1]):
+                writer = writers[(round_ + index) % 2]
+                sends.append(writer.receive(user_id, f"in {round_}") if index % 3 else writer.send(user_id, f"out {round_}"))
+
+        async def in_a_transaction() -> None:
+            async with store.transaction() as conn:
+                await service.append_many(conn, [service.Draft(user_id, "inbound", "held") for user_id in users_[::-1]])
+
+        outcomes = await asyncio.gather(*sends, in_a_transaction(), return_exceptions=True)
+    finally:
+        await other.close()
+    assert [outcome for outcome in outcomes if isinstance(outcome, BaseException)] == []
+    assert failures == []
+    if store.dialect == "postgresql":
+        assert max(batches) > 1  # several Users' Messages went in one statement
+    for user_id in users_:
+        log = await service.read(store, user_id, Window(after=0, limit=200))
+        assert [message.seq for message in log] == list(range(1, 13 + 1))
+
+
 # A ceiling for a wake-up from another process, never a duration.
 WAKE_CEILING_S = 120.0
 

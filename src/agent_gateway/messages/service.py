@@ -187,15 +187,14 @@ class Writer:
         return not store.webhook_urls.get(event)
 
     async def _append_alone(self, conn: AsyncConnection, drafts: Sequence[Draft]) -> list[Message | errors.GatewayError]:
-        """:func:`append_many` of one direction's ``drafts`` on a connection of ``Store.alone`` (see
-        :meth:`_alone_for`), when they are all one User's; else in a transaction of their own.
+        """:func:`append_many` of one direction's ``drafts`` as one statement on a connection of
+        ``Store.alone`` (see :meth:`_alone_for`), whatever their Users.
 
-        The statement takes the User's lock before it writes (``store.queries.messages.append_alone``);
-        with several Users' locks, taken within one statement in no order it could impose, two
-        writers could each wait on a lock the other holds."""
-        if len({draft.user_id for draft in drafts}) > 1:
-            async with self._store.transaction() as transaction:
-                return await append_many(transaction, drafts)
+        The statement takes its Users' locks before it writes (``store.queries.messages.append_alone``),
+        in the order of their ids, as every writer of several logs does (:func:`lock_logs`): two
+        writers never each wait on a lock the other holds. A burst's inbound Messages of 300 Users,
+        written in a transaction, took four round trips more per batch (BEGIN, the lock, the
+        Signals, COMMIT)."""
         refused: list[errors.GatewayError | None] = [_refusal(draft.text) for draft in drafts]
         rows = _rows(drafts, refused)
         users = sorted({row[1] for row in rows})

@@ -161,7 +161,8 @@ WOKEN = "woken AS (SELECT count(pg_notify(:channel, payload)) FROM unnest(CAST(:
 
 
 # A statement written alone first locks the Users it writes to (lock_logs, in the statement), so
-# that it waits for their other writers before it writes anything.
+# that it waits for their other writers before it writes anything. Its rows are locked as the sort
+# hands them on: in the order of their ids, as lock_logs locks them.
 _LOCKED = "locked AS MATERIALIZED (SELECT id FROM users WHERE id = ANY(:user_ids) ORDER BY id FOR UPDATE), "
 _LOCKED_ONE = "locked AS MATERIALIZED (SELECT id FROM users WHERE id = (:user_ids)[1] FOR UPDATE), "
 
@@ -241,11 +242,11 @@ async def append_alone(
     conn: AsyncConnection, rows: Sequence[tuple[str, str, str, str, str]], payloads: Sequence[str],
     received: Received | None = None,
 ) -> list[Message | None]:
-    """:func:`append_many` of one User's ``rows`` on PostgreSQL as one statement that commits
-    alone (``Store.alone``), the User's lock (:func:`lock_logs`) taken in it before it writes. Its
-    snapshot is taken as it starts, so a writer that held the lock meanwhile may have committed
-    the number it finds free: it then raises :class:`LostRace` having written nothing, and is
-    simply run again. ``received``: the inbound Messages' Signals, written by the statement too."""
+    """:func:`append_many` of ``rows`` on PostgreSQL as one statement that commits alone
+    (``Store.alone``), its Users' locks (:func:`lock_logs`, in the same order) taken in it before
+    it writes. Its snapshot is taken as it starts, so a writer that held a lock meanwhile may have
+    committed the number it finds free: it then raises :class:`LostRace` having written nothing,
+    and is simply run again. ``received``: the inbound Messages' Signals, written by the statement too."""
     if received is None or not received.signals:
         return (await append_many_postgres(conn, _APPEND_ALONE, rows, payloads))[0]
     return (await append_many_postgres(conn, _APPEND_RECEIVED_ALONE, rows, payloads, received.params()))[0]
