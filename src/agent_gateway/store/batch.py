@@ -36,9 +36,39 @@ BATCH_LIMIT = 64
 logger = logging.getLogger(__name__)
 
 Write = Callable[[AsyncConnection, Sequence[Item]], Awaitable[Sequence["Result | Exception"]]]
+Entry = tuple[Item, "asyncio.Future[Result]"]
 
 
-class Batcher(Generic[Item, Result]):
+class _Queue(Generic[Item, Result]):
+    """The items waiting for the next batch, each with its caller's future."""
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._waiting: list[Entry[Item, Result]] = []
+
+    def _queue(self, item: Item) -> asyncio.Future[Result]:
+        future: asyncio.Future[Result] = asyncio.get_running_loop().create_future()
+        self._waiting.append((item, future))
+        return future
+
+    async def _drain(self, handle: Callable[[list[Entry[Item, Result]]], Awaitable[None]]) -> None:
+        """Hand the waiting items to ``handle`` a batch at a time until none waits (those whose
+        callers were cancelled meanwhile left out)."""
+        batch: list[Entry[Item, Result]] = []
+        try:
+            while self._waiting:
+                batch = [entry for entry in self._waiting[: self._limit] if not entry[1].done()]
+                del self._waiting[: self._limit]
+                if batch:
+                    await handle(batch)
+        except asyncio.CancelledError:  # stopped with the loop: nobody may wait forever
+            for _, future in batch + self._waiting:
+                future.cancel()
+            self._waiting.clear()
+            raise
+
+
+class Batcher(_Queue[Item, Result]):
     """Runs ``write`` on batches of submitted items, one transaction per batch (or none, ``alone``), one batch at a time."""
 
     def __init__(
@@ -47,11 +77,10 @@ class Batcher(Generic[Item, Result]):
         """``alone``: ``write``'s statements need no transaction around them, so each commits
         by itself (:meth:`Store.alone_writer`: one batch at a time, on PostgreSQL on a connection
         of its own), without the transaction's fixed cost."""
+        super().__init__(limit)
         self._store = store
         self._write = write
         self._connection = store.alone_writer() if alone else store.transaction
-        self._limit = limit
-        self._waiting: list[tuple[Item, asyncio.Future[Result]]] = []
         self._writer: asyncio.Task[None] | None = None
 
     async def submit(self, item: Item) -> Result:
@@ -61,30 +90,18 @@ class Batcher(Generic[Item, Result]):
         cancelled later leaves it to commit, as a request whose client left
         after the commit.
         """
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[Result] = loop.create_future()
-        self._waiting.append((item, future))
+        future = self._queue(item)
         if self._writer is None:
-            self._writer = loop.create_task(self._write_all())
+            self._writer = asyncio.get_running_loop().create_task(self._write_all())
         return await future
 
     async def _write_all(self) -> None:
-        batch: list[tuple[Item, asyncio.Future[Result]]] = []
         try:
-            while self._waiting:
-                batch = [entry for entry in self._waiting[: self._limit] if not entry[1].done()]
-                del self._waiting[: self._limit]
-                if batch:
-                    await self._commit(batch)
-        except asyncio.CancelledError:  # stopped with the loop: nobody may wait forever
-            for _, future in batch + self._waiting:
-                future.cancel()
-            self._waiting.clear()
-            raise
+            await self._drain(self._commit)
         finally:
             self._writer = None
 
-    async def _commit(self, batch: list[tuple[Item, asyncio.Future[Result]]]) -> None:
+    async def _commit(self, batch: list[Entry[Item, Result]]) -> None:
         try:
             async with self._connection() as conn:
                 results = await self._write(conn, [item for item, _ in batch])
@@ -104,7 +121,7 @@ class Batcher(Generic[Item, Result]):
 Read = Callable[[Sequence[Item]], Awaitable[Sequence[Result]]]
 
 
-class Lookups(Generic[Item, Result]):
+class Lookups(_Queue[Item, Result]):
     """Concurrent reads of one kind, many to a statement: a :class:`Batcher` for reads, where each
     statement is a round trip (PostgreSQL). A read that finds none under way runs at once, alone,
     in its caller's task (no task to start: with no load nothing costs more); the reads that arrive
@@ -113,17 +130,14 @@ class Lookups(Generic[Item, Result]):
     refused). ``read``'s error is the answer of each read in its batch."""
 
     def __init__(self, read: Read[Item, Result], *, limit: int = BATCH_LIMIT) -> None:
+        super().__init__(limit)
         self._read = read
-        self._limit = limit
-        self._waiting: list[tuple[Item, asyncio.Future[Result]]] = []
         self._busy = False
         self._reader: asyncio.Task[None] | None = None
 
     async def __call__(self, item: Item) -> Result:
         if self._busy:
-            future: asyncio.Future[Result] = asyncio.get_running_loop().create_future()
-            self._waiting.append((item, future))
-            return await future
+            return await self._queue(item)
         self._busy = True
         try:
             [result] = await self._read([item])
@@ -135,27 +149,19 @@ class Lookups(Generic[Item, Result]):
         return result
 
     async def _read_waiting(self) -> None:
-        batch: list[tuple[Item, asyncio.Future[Result]]] = []
         try:
-            while self._waiting:
-                batch = [entry for entry in self._waiting[: self._limit] if not entry[1].done()]
-                del self._waiting[: self._limit]
-                if not batch:
-                    continue
-                try:
-                    results: Sequence[Result | Exception] = await self._read([item for item, _ in batch])
-                except Exception as exc:
-                    results = [exc] * len(batch)
-                for (_, future), result in zip(batch, results, strict=True):
-                    _settle(future, result)
-        except asyncio.CancelledError:  # stopped with the loop: nobody may wait forever
-            for _, future in batch + self._waiting:
-                future.cancel()
-            self._waiting.clear()
-            raise
+            await self._drain(self._read_batch)
         finally:
             self._busy = False
             self._reader = None
+
+    async def _read_batch(self, batch: list[Entry[Item, Result]]) -> None:
+        try:
+            results: Sequence[Result | Exception] = await self._read([item for item, _ in batch])
+        except Exception as exc:
+            results = [exc] * len(batch)
+        for (_, future), result in zip(batch, results, strict=True):
+            _settle(future, result)
 
 
 def _settle(future: asyncio.Future[Result], outcome: Result | Exception) -> None:
