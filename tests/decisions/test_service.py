@@ -6,16 +6,17 @@ import asyncio
 
 import orjson
 import pytest
+import sqlalchemy as sa
 
 from agent_gateway import errors, jsontext
 from agent_gateway.decisions import service
 from agent_gateway.signatures import keys
 from agent_gateway.signatures.identity import AlgorithmMismatch, SigningIdentity
+from agent_gateway.store import direct
 from agent_gateway.store.engine import Store
 from agent_gateway.store.queries import decisions as decisions_queries
 from agent_gateway.store.window import Window
 from agent_gateway.webhooks import outbox
-
 from tests.signatures.helpers import segments
 
 identity = SigningIdentity(keys.generate_pem("ed25519"))
@@ -181,3 +182,111 @@ async def test_a_page_embeds_each_statement_as_stored_byte_for_byte_as_encoding_
     body = await service.page(store, window)
     assert body == jsontext.dumps({"decisions": [decision.to_json() for decision in await service.read(store, window)]})
     assert [decision["statement"] for decision in orjson.loads(body)["decisions"]] == statements
+
+
+# --- PostgreSQL: a Publisher's batches written alone under one Lease (store.queries.decisions) ----
+
+# The lock in this test's database (other tests' databases have theirs).
+_HERE = "locktype = 'advisory' AND objid = :key AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+_HELD = sa.text(f"SELECT count(*) FROM pg_locks WHERE {_HERE} AND granted = :granted")
+
+
+async def _locks_held(store: Store, *, granted: bool = True) -> int:
+    """Sessions holding (or waiting for) the lock that orders publishers."""
+    [(held,)] = await store.fetch(direct.Query(_HELD), key=decisions_queries._PUBLISH_LOCK_KEY, granted=granted)
+    return int(held)
+
+
+@pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
+async def test_a_publisher_holds_the_lock_across_batches_then_gives_the_others_their_turn(
+    store: Store, database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Batches in a row draw no numbers under the Lease, while another process's publisher waits;
+    after LEASE_BATCHES the lock goes to it, and the sequence is where the Lease left it."""
+    monkeypatch.setattr(decisions_queries, "LEASE_BATCHES", 3)
+    monkeypatch.setattr(decisions_queries, "LEASE_LINGER_S", WAKE_CEILING_S)  # only the cap releases here
+    drawn = []
+    real_run = direct.run
+
+    async def counted(conn, query, **params):  # type: ignore[no-untyped-def]
+        if query is decisions_queries._POSTGRES_LOCK_AND_NEXT:
+            drawn.append(params["count"])
+        return await real_run(conn, query, **params)
+
+    monkeypatch.setattr(direct, "run", counted)
+    publisher = service.Publisher(store, identity)
+    other = Store(database_url)  # another process's publisher, in a transaction
+    try:
+        warm = 0
+        async with asyncio.timeout(WAKE_CEILING_S):
+            while not await _locks_held(store):  # its first batches go on a pooled connection while its own opens
+                warm = (await publisher.publish("warm")).seq
+        drawn.clear()  # the Lease's first batch was the last "warm"
+        waiting = asyncio.create_task(publish(other, "the other's"))
+        async with asyncio.timeout(WAKE_CEILING_S):
+            while not await _locks_held(store, granted=False):  # the other waits for the lock
+                await asyncio.sleep(0.01)
+        first = await publisher.publish("a")
+        assert not waiting.done()  # it cannot draw while the Lease holds the lock
+        second = await publisher.publish("b")  # the third batch under the Lease: it lets go
+        async with asyncio.timeout(WAKE_CEILING_S):
+            theirs = await waiting
+        third, after = await publisher.publish("c"), await publisher.publish("d")
+        assert [d.seq - warm for d in [first, second, theirs, third, after]] == [1, 2, 3, 4, 5]
+        assert drawn == [1]  # none under the Lease; one for "c", after the other's turn
+        log = await service.read(store, Window(after=warm))
+        assert [d.statement for d in log] == ["a", "b", "the other's", "c", "d"]
+    finally:
+        await other.close()
+
+
+async def test_a_publisher_lets_the_lock_go_once_no_batch_comes(
+    store: Store, database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Idle, a Publisher holds nothing another process's publisher would wait for forever."""
+    monkeypatch.setattr(decisions_queries, "LEASE_LINGER_S", 0.01)
+    publisher = service.Publisher(store, identity)
+    other = Store(database_url)
+    try:
+        await asyncio.gather(*(publisher.publish(f"s{n}") for n in range(4)))
+        async with asyncio.timeout(WAKE_CEILING_S):
+            theirs = await publish(other, "the other's")
+            while store.dialect == "postgresql" and await _locks_held(store):
+                await asyncio.sleep(0.01)
+        assert theirs.seq == 5
+        assert (await publisher.publish("again")).seq == 6
+    finally:
+        await other.close()
+
+
+class _Refusing(SigningIdentity):
+    """Signs nothing whose Statement says "refuse"."""
+
+    def sign(self, payload: bytes, typ: str) -> str:
+        if b"refuse" in payload:
+            raise RuntimeError("refused to sign")
+        return super().sign(payload, typ)
+
+
+_HOLDER = sa.text(f"SELECT pid FROM pg_locks WHERE {_HERE} AND granted")
+_SESSIONS = sa.text("SELECT count(*) FROM pg_stat_activity WHERE pid = :pid")
+
+
+@pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
+async def test_a_batch_that_fails_under_the_lease_ends_the_session_holding_the_lock_and_its_other_items_commit(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(decisions_queries, "LEASE_LINGER_S", WAKE_CEILING_S)
+    publisher = service.Publisher(store, _Refusing(keys.generate_pem("ed25519")))
+    async with asyncio.timeout(WAKE_CEILING_S):
+        while not await _locks_held(store):  # its first batches go on a pooled connection while its own opens
+            await publisher.publish("held")
+    [(holder,)] = await store.fetch(direct.Query(_HOLDER), key=decisions_queries._PUBLISH_LOCK_KEY)
+    outcomes = await asyncio.gather(*(publisher.publish(s) for s in ("x", "refuse", "y")), return_exceptions=True)
+    assert isinstance(outcomes[1], RuntimeError)
+    async with asyncio.timeout(WAKE_CEILING_S):  # the server ends the failed batch's session, and its lock with it
+        while (await store.fetch(direct.Query(_SESSIONS), pid=holder))[0][0]:
+            await asyncio.sleep(0.01)
+    log = [d for d in await service.read(store, Window(after=0)) if d.statement != "held"]
+    assert [d.statement for d in log] == ["x", "y"]
+    assert log[0].seq < log[1].seq

@@ -16,6 +16,8 @@ from agent_gateway.store.engine import Store
 from agent_gateway.store.window import Window
 
 identity = SigningIdentity(keys.generate_pem("ed25519"))
+# A ceiling for what the tests wait for, never a duration.
+WAIT_CEILING_S = 120.0
 
 
 class Refused(Exception):
@@ -67,6 +69,33 @@ async def test_batches_are_capped(store: Store) -> None:
     await asyncio.gather(*(batcher.submit(f"d{index}") for index in range(10)))
     assert max(len(batch) for batch in write.batches) == 3
     assert len(await statements(store)) == 10
+
+
+async def test_a_writer_idle_for_its_linger_runs_its_idle_step_once_and_items_after_it_are_written(store: Store) -> None:
+    """``idle`` runs on the writer's connection once nothing came for ``linger`` after a batch;
+    an item that comes within the linger is written with no idle step before it."""
+    write = Recording()
+    idled: list[list[str]] = []
+    arrived_meanwhile: list[asyncio.Task[service.Decision]] = []
+
+    async def idle(conn: AsyncConnection) -> None:
+        idled.append([item for batch in write.batches for item in batch])
+        if len(idled) == 1:  # an item that comes while the idle step runs is written after it
+            arrived_meanwhile.append(asyncio.create_task(batcher.submit("during")))
+            await asyncio.sleep(0)
+
+    batcher: Batcher[str, service.Decision] = Batcher(store, write, idle=idle, linger=WAIT_CEILING_S)
+    assert (await batcher.submit("a")).statement == "a"
+    assert (await batcher.submit("b")).statement == "b"  # within the linger: no idle step yet
+    assert idled == []
+    batcher._linger = 0.0  # from now on the writer stops lingering at once
+    assert (await batcher.submit("c")).statement == "c"
+    async with asyncio.timeout(WAIT_CEILING_S):
+        while len(idled) < 2:
+            await asyncio.sleep(0.01)
+    assert (await arrived_meanwhile[0]).statement == "during"
+    assert idled == [["a", "b", "c"], ["a", "b", "c", "during"]]
+    assert await statements(store) == ["a", "b", "c", "during"]
 
 
 async def test_an_item_refused_without_harm_fails_alone(store: Store) -> None:

@@ -17,6 +17,7 @@ from agent_gateway import clock, errors, jsontext
 from agent_gateway.ops import metrics
 from agent_gateway.signatures.identity import SigningIdentity
 from agent_gateway.signatures.service import DECISION_TYP
+from agent_gateway.store import direct, engine
 from agent_gateway.store.batch import Batcher
 from agent_gateway.store.engine import Store, on_commit
 from agent_gateway.store.queries import decisions as queries
@@ -50,11 +51,21 @@ async def publish(conn: AsyncConnection, identity: SigningIdentity, statement: s
 
 async def publish_many(conn: AsyncConnection, identity: SigningIdentity, statements: Sequence[str]) -> list[Decision]:
     """:func:`publish` for each of ``statements``, numbered in that order, in the caller's transaction."""
+    _check(statements)
+    return await _write(conn, identity, await queries.draw_numbers(conn, len(statements)), statements)
+
+
+def _check(statements: Sequence[str]) -> None:
     for statement in statements:
         if not isinstance(statement, str) or not statement:
             raise errors.InvalidInput("statement must be a non-empty string")
+
+
+async def _write(
+    conn: AsyncConnection | direct.Alone, identity: SigningIdentity, numbers: Sequence[int], statements: Sequence[str]
+) -> list[Decision]:
+    """Sign ``statements`` numbered ``numbers`` and write them, with the tree's growth, in one go."""
     published = []
-    numbers = await queries.draw_numbers(conn, len(statements))
     for seq, statement in zip(numbers, statements, strict=True):
         created_at = clock.now_iso()
         payload = orjson.dumps({"seq": seq, "createdAt": created_at, "statement": statement})
@@ -66,11 +77,20 @@ async def publish_many(conn: AsyncConnection, identity: SigningIdentity, stateme
 
 
 class Publisher:
-    """Publishes the Statements of concurrent requests, many to a transaction (see ``store.batch``)."""
+    """Publishes the Statements of concurrent requests, many to a transaction (see ``store.batch``);
+    on PostgreSQL many to a statement, which commits alone (``store.queries.decisions.Lease``)."""
 
     def __init__(self, store: Store, identity: SigningIdentity) -> None:
+        self._store = store
         self._identity = identity
-        self._batcher: Batcher[str, Decision] = Batcher(store, self._publish_many)
+        self._lease = queries.Lease()
+        self._batcher: Batcher[str, Decision] = (
+            Batcher(  # type: ignore[arg-type]
+                store, self._publish_alone, alone=True, idle=self._lease.release, linger=queries.LEASE_LINGER_S
+            )
+            if store.dialect == "postgresql"
+            else Batcher(store, self._publish_many)
+        )
 
     async def publish(self, statement: str) -> Decision:
         """:func:`publish` in a transaction of its own, shared with whoever publishes at the same time."""
@@ -78,9 +98,24 @@ class Publisher:
 
     async def _publish_many(self, conn: AsyncConnection, statements: Sequence[str]) -> list[Decision]:
         published = await publish_many(conn, self._identity, statements)
+        self._count(conn, published)
+        return published
+
+    async def _publish_alone(self, conn: direct.Alone, statements: Sequence[str]) -> list[Decision]:
+        with engine.committing(conn, self._store):
+            try:
+                _check(statements)
+                published = await _write(conn, self._identity, await self._lease.draw(conn, len(statements)), statements)
+            except BaseException:
+                self._lease.failed(conn)
+                raise
+            self._count(conn, published)
+        await self._lease.written(conn, published[-1].seq)
+        return published
+
+    def _count(self, conn: AsyncConnection | direct.Alone, published: Sequence[Decision]) -> None:
         # Counted once a batch commits, in one increment (each takes prometheus_client's lock).
         on_commit(conn, functools.partial(metrics.decisions.inc, len(published)))
-        return published
 
 
 async def get(store: Store, seq: int) -> Decision:

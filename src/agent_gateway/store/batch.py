@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -37,6 +37,7 @@ logger = logging.getLogger(__name__)
 
 Write = Callable[[AsyncConnection, Sequence[Item]], Awaitable[Sequence["Result | Exception"]]]
 Entry = tuple[Item, "asyncio.Future[Result]"]
+Idle = Callable[[Any], Awaitable[None]]
 
 
 class _Queue(Generic[Item, Result]):
@@ -72,15 +73,22 @@ class Batcher(_Queue[Item, Result]):
     """Runs ``write`` on batches of submitted items, one transaction per batch (or none, ``alone``), one batch at a time."""
 
     def __init__(
-        self, store: Store, write: Write[Item, Result], *, limit: int = BATCH_LIMIT, alone: bool = False
+        self, store: Store, write: Write[Item, Result], *, limit: int = BATCH_LIMIT, alone: bool = False,
+        idle: Idle | None = None, linger: float = 0.0,
     ) -> None:
         """``alone``: ``write``'s statements need no transaction around them, so each commits
         by itself (:meth:`Store.alone_writer`: one batch at a time, on PostgreSQL on a connection
-        of its own), without the transaction's fixed cost."""
+        of its own), without the transaction's fixed cost.
+
+        ``idle``: run on the writer's connection once no item has come for ``linger`` seconds
+        after a batch, for a writer that holds something from one batch to the next (a lock)."""
         super().__init__(limit)
         self._store = store
         self._write = write
         self._connection = store.alone_writer() if alone else store.transaction
+        self._idle = idle
+        self._linger = linger
+        self._arrived = asyncio.Event()
         self._writer: asyncio.Task[None] | None = None
 
     async def submit(self, item: Item) -> Result:
@@ -91,15 +99,35 @@ class Batcher(_Queue[Item, Result]):
         after the commit.
         """
         future = self._queue(item)
+        self._arrived.set()
         if self._writer is None:
             self._writer = asyncio.get_running_loop().create_task(self._write_all())
         return await future
 
     async def _write_all(self) -> None:
         try:
-            await self._drain(self._commit)
+            while self._waiting:
+                await self._drain(self._commit)
+                if self._idle is not None:
+                    await self._lingered()
         finally:
             self._writer = None
+
+    async def _lingered(self) -> None:
+        """Wait ``linger`` seconds for an item; when none comes, run ``idle``."""
+        assert self._idle is not None
+        self._arrived.clear()
+        try:
+            async with asyncio.timeout(self._linger):
+                await self._arrived.wait()
+            return
+        except TimeoutError:
+            pass
+        try:
+            async with self._connection() as conn:
+                await self._idle(conn)
+        except Exception as exc:  # the items that came meanwhile are still written
+            logger.debug("a writer's idle step failed (%s)", type(exc).__name__)
 
     async def _commit(self, batch: list[Entry[Item, Result]]) -> None:
         try:

@@ -154,9 +154,12 @@ class Alone:
     execution cost an inbound Message's statement 0.55 ms of the server's time at each bind, the
     generic one 0.05 ms (the statement log, ``log_min_duration_statement = 0``)."""
 
-    def __init__(self, dialect: sa.Dialect, driver: asyncpg.Connection, sync_engine: sa.Engine) -> None:
+    def __init__(self, dialect: sa.Dialect, driver: asyncpg.Connection, sync_engine: sa.Engine, *, own: bool = False) -> None:
         self.dialect = dialect
         self.driver = driver
+        # A connection of one writer's own (:class:`Own`), kept between its uses: what it holds
+        # for its session (a lock) is still its own at the next use.
+        self.own = own
         # The engine whose writes these are (what a transaction's connection names so).
         self.sync_engine = sync_engine
         # Outside a Store's transaction: what store.engine reads here (its Store) is absent.
@@ -271,7 +274,7 @@ class Own:
                 yield pooled
             return
         try:
-            yield Alone(self._reader._dialect, connection, self._sync_engine)
+            yield Alone(self._reader._dialect, connection, self._sync_engine, own=True)
         except asyncpg.PostgresError:  # refused by the server: the connection is as good as before
             raise
         except BaseException:

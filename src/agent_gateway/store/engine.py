@@ -14,7 +14,7 @@ import dataclasses
 import functools
 import re
 import secrets
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -108,7 +108,7 @@ def _begin_sqlite_writers_immediately(engine: AsyncEngine) -> None:
         await_(conn.connection.driver_connection.begin(immediate=immediate))
 
 
-def on_commit(conn: AsyncConnection, callback: Callable[[], None]) -> None:
+def on_commit(conn: AsyncConnection | direct.Alone, callback: Callable[[], None]) -> None:
     """Call ``callback`` once the transaction ``conn`` is in has committed.
 
     Only transactions opened by :class:`Store` run callbacks; in a transaction
@@ -147,7 +147,7 @@ def carry(conn: AsyncConnection, carried: Carried, rows: Sequence[Any], channel:
     return True
 
 
-def notify_in_statement(conn: AsyncConnection, channel: str) -> str | None:
+def notify_in_statement(conn: AsyncConnection | direct.Alone, channel: str) -> str | None:
     """:func:`notify` for a PostgreSQL writer that sends the NOTIFY itself, inside one of its
     own statements (``pg_notify(<notifications.PG_CHANNEL>, <this payload>)``), to spare the
     commit a statement: this process's subscribers are woken once ``conn`` commits, and the
@@ -159,14 +159,14 @@ def notify_in_statement(conn: AsyncConnection, channel: str) -> str | None:
     return notifications.pg_payload(store.origin, channel)
 
 
-def webhook_urls(conn: AsyncConnection, event: str) -> tuple[str, ...]:
+def webhook_urls(conn: AsyncConnection | direct.Alone, event: str) -> tuple[str, ...]:
     """The webhook endpoints subscribed to ``event`` in the :class:`Store` whose transaction
     ``conn`` is in (see ``webhooks.outbox``); none outside a Store's transaction."""
     store = conn.info.get(_STORE)
     return () if store is None else store.webhook_urls.get(event, ())
 
 
-def watched(conn: AsyncConnection, channel: str) -> bool:
+def watched(conn: AsyncConnection | direct.Alone, channel: str) -> bool:
     """Whether a loop waits for each append to a log (its ``channel``: the Decision log's, the Run
     ledger's) in the :class:`Store` whose transaction ``conn`` is in (the witness collector);
     False outside a Store's transaction."""
@@ -179,6 +179,25 @@ def channels(conn: AsyncConnection) -> frozenset[str]:
     ``channels.outbox``); none outside a Store's transaction."""
     store = conn.info.get(_STORE)
     return frozenset() if store is None else store.channels
+
+
+@contextlib.contextmanager
+def committing(conn: direct.Alone, store: Store) -> Iterator[direct.Alone]:
+    """``conn``, whose statements each commit alone, serving one writer's statement as a
+    :class:`Store`'s transaction serves its writers: :func:`on_commit`, :func:`notify_in_statement`,
+    :func:`watched` and :func:`webhook_urls` answer for ``store``, and the callbacks run once the
+    block ends without an error (its statement committed). What acts at a COMMIT (:func:`notify`,
+    :func:`carry`) has none to act at here."""
+    conn.info[_STORE] = store
+    try:
+        yield conn
+        if _CHANNELS in conn.info or _CARRIED in conn.info:
+            raise RuntimeError("notify and carry act at a COMMIT: a statement alone sends its own NOTIFY")
+        callbacks = conn.info.get(_ON_COMMIT, ())
+    finally:
+        conn.info.clear()
+    for callback in callbacks:
+        callback()
 
 
 class Store:
