@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 
 import orjson
 import pytest
@@ -139,10 +140,13 @@ async def test_a_publisher_refuses_an_empty_statement_alone(store: Store) -> Non
 WAKE_CEILING_S = 120.0
 
 
+@pytest.mark.parametrize("through", ["transaction", "publisher"])
 @pytest.mark.parametrize("delivering", [False, True], ids=["alone", "with-a-webhook-delivery"])
 async def test_a_publish_wakes_the_log_watcher_only_when_watched_and_in_another_process_too(
-    store: Store, database_url: str, delivering: bool
+    store: Store, database_url: str, delivering: bool, through: str
 ) -> None:
+    """In a transaction, and through a Publisher (on PostgreSQL a statement alone, see Lease)."""
+    write = service.Publisher(store, identity).publish if through == "publisher" else functools.partial(publish, store)
     other = Store(database_url)  # another process's, listening as the one that runs the loops does
     probe = other.subscribe("probe")
     other.listen()
@@ -155,10 +159,10 @@ async def test_a_publish_wakes_the_log_watcher_only_when_watched_and_in_another_
     try:
         if delivering:
             store.webhook_urls = {outbox.DECISION_PUBLISHED: ("http://127.0.0.1:9/hook",)}
-        await publish(store, "unwatched")
+        await write("unwatched")
         assert await here.wait(0) is False
         store.watched = frozenset({decisions_queries.CHANNEL})
-        await publish(store, "watched")
+        await write("watched")
         assert await here.wait(0) is True
         async with asyncio.timeout(WAKE_CEILING_S):
             assert await there.wait(None) is True
