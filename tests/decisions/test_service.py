@@ -201,6 +201,16 @@ async def _locks_held(store: Store, *, granted: bool = True) -> int:
     return int(held)
 
 
+async def _until_leased(store: Store, publisher: service.Publisher, statement: str) -> int:
+    """Publish ``statement`` until a batch leaves the Lease holding the lock (the first batches go
+    on a pooled connection while the Publisher's own opens, and let it go); the last number."""
+    last = 0
+    async with asyncio.timeout(WAKE_CEILING_S):
+        while not await _locks_held(store):
+            last = (await publisher.publish(statement)).seq
+    return last
+
+
 @pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
 async def test_a_publisher_holds_the_lock_across_batches_then_gives_the_others_their_turn(
     store: Store, database_url: str, monkeypatch: pytest.MonkeyPatch
@@ -221,10 +231,7 @@ async def test_a_publisher_holds_the_lock_across_batches_then_gives_the_others_t
     publisher = service.Publisher(store, identity)
     other = Store(database_url)  # another process's publisher, in a transaction
     try:
-        warm = 0
-        async with asyncio.timeout(WAKE_CEILING_S):
-            while not await _locks_held(store):  # its first batches go on a pooled connection while its own opens
-                warm = (await publisher.publish("warm")).seq
+        warm = await _until_leased(store, publisher, "warm")
         drawn.clear()  # the Lease's first batch was the last "warm"
         waiting = asyncio.create_task(publish(other, "the other's"))
         async with asyncio.timeout(WAKE_CEILING_S):
@@ -282,9 +289,7 @@ async def test_a_batch_that_fails_under_the_lease_ends_the_session_holding_the_l
 ) -> None:
     monkeypatch.setattr(decisions_queries, "LEASE_LINGER_S", WAKE_CEILING_S)
     publisher = service.Publisher(store, _Refusing(keys.generate_pem("ed25519")))
-    async with asyncio.timeout(WAKE_CEILING_S):
-        while not await _locks_held(store):  # its first batches go on a pooled connection while its own opens
-            await publisher.publish("held")
+    await _until_leased(store, publisher, "held")
     [(holder,)] = await store.fetch(direct.Query(_HOLDER), key=decisions_queries._PUBLISH_LOCK_KEY)
     outcomes = await asyncio.gather(*(publisher.publish(s) for s in ("x", "refuse", "y")), return_exceptions=True)
     assert isinstance(outcomes[1], RuntimeError)
