@@ -283,16 +283,32 @@ _HOLDER = sa.text(f"SELECT pid FROM pg_locks WHERE {_HERE} AND granted")
 _SESSIONS = sa.text("SELECT count(*) FROM pg_stat_activity WHERE pid = :pid")
 
 
+# The database refuses a Decision whose Statement is "refuse" (stored as JSON text): the statement
+# fails in the server, and the session that ran it is as healthy as before.
+_DATABASE_REFUSES = (
+    """CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN IF NEW.statement = '"refuse"' THEN RAISE EXCEPTION 'refused'; END IF; RETURN NEW; END $$""",
+    "CREATE TRIGGER refuse BEFORE INSERT ON decisions FOR EACH ROW EXECUTE FUNCTION refuse()",
+)
+
+
 @pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
+@pytest.mark.parametrize("refused_by", ["signing", "database"])
 async def test_a_batch_that_fails_under_the_lease_ends_the_session_holding_the_lock_and_its_other_items_commit(
-    store: Store, monkeypatch: pytest.MonkeyPatch
+    store: Store, refused_by: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(decisions_queries, "LEASE_LINGER_S", WAKE_CEILING_S)
-    publisher = service.Publisher(store, _Refusing(keys.generate_pem("ed25519")))
+    if refused_by == "database":
+        publisher = service.Publisher(store, identity)
+        async with store.transaction() as conn:
+            for ddl in _DATABASE_REFUSES:
+                await conn.execute(sa.text(ddl))
+    else:
+        publisher = service.Publisher(store, _Refusing(keys.generate_pem("ed25519")))
     await _until_leased(store, publisher, "held")
     [(holder,)] = await store.fetch(direct.Query(_HOLDER), key=decisions_queries._PUBLISH_LOCK_KEY)
     outcomes = await asyncio.gather(*(publisher.publish(s) for s in ("x", "refuse", "y")), return_exceptions=True)
-    assert isinstance(outcomes[1], RuntimeError)
+    assert isinstance(outcomes[1], Exception) and not isinstance(outcomes[0], Exception)
     async with asyncio.timeout(WAKE_CEILING_S):  # the server ends the failed batch's session, and its lock with it
         while (await store.fetch(direct.Query(_SESSIONS), pid=holder))[0][0]:
             await asyncio.sleep(0.01)
