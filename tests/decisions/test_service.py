@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import functools
 
+import asyncpg
 import orjson
 import pytest
 import sqlalchemy as sa
@@ -308,7 +309,8 @@ async def test_a_batch_that_fails_under_the_lease_ends_the_session_holding_the_l
     await _until_leased(store, publisher, "held")
     [(holder,)] = await store.fetch(direct.Query(_HOLDER), key=decisions_queries._PUBLISH_LOCK_KEY)
     outcomes = await asyncio.gather(*(publisher.publish(s) for s in ("x", "refuse", "y")), return_exceptions=True)
-    assert isinstance(outcomes[1], Exception) and not isinstance(outcomes[0], Exception)
+    assert isinstance(outcomes[1], asyncpg.PostgresError if refused_by == "database" else RuntimeError)
+    assert not isinstance(outcomes[0], Exception)
     async with asyncio.timeout(WAKE_CEILING_S):  # the server ends the failed batch's session, and its lock with it
         while (await store.fetch(direct.Query(_SESSIONS), pid=holder))[0][0]:
             await asyncio.sleep(0.01)
