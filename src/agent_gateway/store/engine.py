@@ -30,9 +30,8 @@ SQLITE_PRAGMAS = ("journal_mode=WAL", "foreign_keys=ON", "synchronous=NORMAL")
 # SQLAlchemy's default (5, and 10 more while busy), which bounds what each of several
 # gateway processes takes of the server's max_connections.
 SQLITE_POOL_SIZE = 20
-_PG_NOTIFY = sa.text("SELECT pg_notify(:channel, :payload)")
-# Several channels in one round trip (a batch of Messages wakes the streams of each User).
-_PG_NOTIFY_MANY = sa.text("SELECT pg_notify(:channel, payload) FROM unnest(CAST(:payloads AS text[])) AS payload")
+# Every channel in one round trip (a batch of Messages wakes the streams of each User).
+_PG_NOTIFY = sa.text(f"SELECT {notifications.PG_NOTIFY}")
 _ON_COMMIT = "agent_gateway.on_commit"
 _STORE = "agent_gateway.store"
 _CHANNELS = "agent_gateway.channels"
@@ -42,10 +41,7 @@ _CARRIED = "agent_gateway.carried"
 @functools.lru_cache(maxsize=16)
 def _carrying(with_clauses: tuple[str, ...]) -> direct.Query:
     """The NOTIFY statement that also writes the rows of these WITH clauses."""
-    return direct.Query(sa.text(
-        f"WITH {', '.join(with_clauses)} "
-        "SELECT pg_notify(:channel, payload) FROM unnest(CAST(:payloads AS text[])) AS payload"
-    ))
+    return direct.Query(sa.text(f"WITH {', '.join(with_clauses)} SELECT {notifications.PG_NOTIFY}"))
 
 
 def async_url(url: str) -> str:
@@ -149,7 +145,7 @@ def carry(conn: AsyncConnection, carried: Carried, rows: Sequence[Any], channel:
 
 def notify_in_statement(conn: AsyncConnection | direct.Alone, channel: str) -> str | None:
     """:func:`notify` for a PostgreSQL writer that sends the NOTIFY itself, inside one of its
-    own statements (``pg_notify(<notifications.PG_CHANNEL>, <this payload>)``), to spare the
+    own statements (:data:`notifications.PG_NOTIFY` of this payload among its ``payloads``), to spare the
     commit a statement: this process's subscribers are woken once ``conn`` commits, and the
     payload wakes the other processes'. None outside a Store's transaction (no wake-up)."""
     store = conn.info.get(_STORE)
@@ -379,10 +375,8 @@ class Store:
             for each, rows in carried.items():
                 params.update(each.params(rows))
             await direct.run(conn, _carrying(tuple(each.with_clause for each in carried)), **params)
-        elif len(channels) == 1:
-            await conn.execute(_PG_NOTIFY, {"channel": notifications.PG_CHANNEL, "payload": channels[0]})
         elif channels:
-            await conn.execute(_PG_NOTIFY_MANY, {"channel": notifications.PG_CHANNEL, "payloads": channels})
+            await conn.execute(_PG_NOTIFY, {"channel": notifications.PG_CHANNEL, "payloads": channels})
 
     async def close(self) -> None:
         if self._direct is not None:

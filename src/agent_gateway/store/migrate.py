@@ -23,9 +23,9 @@ if TYPE_CHECKING:
 
 MIGRATIONS = Path(__file__).with_name("migrations")
 # The newest revision under migrations/versions (a test holds this to Alembic's own head).
-HEAD = "0018"
+HEAD = "0019"
 # Every revision, oldest first (a test holds this to Alembic's history too).
-REVISIONS = ("0001", "0002", "0003", "0004", "0005", "0006", "0007", "0008", "0011", "0012", "0013", "0014", "0015", "0016", "0017", "0018")
+REVISIONS = ("0001", "0002", "0003", "0004", "0005", "0006", "0007", "0008", "0011", "0012", "0013", "0014", "0015", "0016", "0017", "0018", "0019")
 RUN_MIGRATE = "run agent-gateway migrate"
 
 

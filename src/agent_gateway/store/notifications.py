@@ -8,8 +8,11 @@ on a dedicated connection, so a Signal emitted or a Schedule written by any
 process wakes the worker and schedulers of all of them. The origin names the
 sending :class:`~agent_gateway.store.engine.Store`, whose listener skips its
 own: those subscribers were woken at commit already, and a second wake-up
-would cost each of them a second read (a Message stream, one per Message). Wake-ups only accelerate: each
-loop also sweeps on a timer, and a listener that reconnects wakes every
+would cost each of them a second read (a Message stream, one per Message).
+Nor is a NOTIFY sent when no other process listens (:data:`PG_NOTIFY`): a
+notifying commit holds the database's notification lock until it is durable,
+so that notifying commits never share a disk flush. Wake-ups only accelerate: each
+loop also sweeps on a timer, and a listener that (re)connects wakes every
 channel once, so a notification lost while the database restarted costs at
 most one sweep.
 
@@ -36,6 +39,14 @@ from agent_gateway.store.unavailable import CONNECTION_LOST
 logger = logging.getLogger(__name__)
 
 PG_CHANNEL = "agent_gateway"
+# A statement's NOTIFY of its payloads (:func:`pg_payload`, on :data:`PG_CHANNEL`), sent only when
+# a process other than the sender's listens (the function: migration 0019); its parameters
+# ``channel`` and ``payloads`` (none: nothing sent).
+PG_NOTIFY = "agent_gateway_notify(:channel, CAST(:payloads AS text[]))"
+# A process registering its listener waits this long at most for the notifiers before it (whose
+# commits it must see when it sweeps), then tries again: one of them may wait for a row another
+# holds, and that one waits behind the registration (the notifiers share the lock it takes alone).
+REGISTER_LOCK_TIMEOUT = "100ms"
 RECONNECT_DELAYS_S = (0.1, 0.5, 1.0, 2.0, 5.0)
 LIVENESS_CHECK_S = 2.0
 
@@ -102,6 +113,10 @@ def pg_payload(origin: str, channel: str) -> str:
     return f"{origin} {channel}"
 
 
+# Rows whose connection is gone cost a NOTIFY for nobody, nothing more: no lock needed to drop them.
+_PRUNE = "DELETE FROM notification_listeners WHERE pid NOT IN (SELECT pid FROM pg_stat_activity)"
+
+
 class PostgresListener:
     """LISTEN on a dedicated connection, reconnecting with back-off until stopped."""
 
@@ -125,6 +140,17 @@ class PostgresListener:
         if origin != self.origin:
             self.notifier.publish(channel)
 
+    async def _register(self, conn: asyncpg.Connection) -> None:
+        """Have the notifiers send to this connection from now on (see :data:`PG_NOTIFY`)."""
+        while True:
+            try:
+                async with conn.transaction():
+                    await conn.execute(f"SET LOCAL lock_timeout = '{REGISTER_LOCK_TIMEOUT}'")
+                    await conn.execute("SELECT agent_gateway_listen($1)", self.origin)
+                return
+            except asyncpg.LockNotAvailableError:
+                await asyncio.sleep(0.01)
+
     async def _run(self) -> None:
         failures = 0
         while True:
@@ -132,14 +158,18 @@ class PostgresListener:
             try:
                 conn = await asyncpg.connect(self.dsn, timeout=10)
                 await conn.add_listener(PG_CHANNEL, self._on_notification)
+                await self._register(conn)
                 if failures:
                     logger.info("notification listener reconnected", extra={"action": "listener_reconnected"})
                 failures = 0
-                # Whatever was notified while nobody listened is picked up by one sweep.
+                # Whatever was notified while nobody listened (or sent no NOTIFY, as nobody
+                # else was registered) is picked up by one sweep.
                 self.notifier.publish_all()
                 while not conn.is_closed():
                     await asyncio.sleep(LIVENESS_CHECK_S)
-                    await conn.execute("SELECT 1")
+                    # Also the check that the connection lives: the rows of listeners gone (a
+                    # process killed), which would have every notifier send for nobody.
+                    await conn.execute(_PRUNE)
             except asyncio.CancelledError:
                 raise
             except CONNECTION_LOST as exc:

@@ -31,7 +31,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agent_gateway import clock
-from agent_gateway.store import direct, engine, notifications
+from agent_gateway.store import direct, engine
 from agent_gateway.store.engine import Store
 
 PENDING, FAILED, DELIVERED, DEAD = "pending", "failed", "delivered", "dead"
@@ -99,7 +99,8 @@ class NewRows:
             f"SELECT {names}, '{PENDING}', 0 FROM unnest({arrays}) AS r({names}))"
         )
         self._carried = engine.Carried(self.with_clause, self.arrays)
-        self._alone = direct.Query(sa.text(f"WITH {self.with_clause} {POSTGRES_NOTIFY}"))
+        # Outside a Store's transaction, which sends no wake-up: the rows alone.
+        self._alone = direct.Query(sa.text(f"WITH {self.with_clause} SELECT 1"))
 
     def arrays(self, rows: Sequence[tuple[Any, ...]]) -> dict[str, list[Any]]:
         """The parameters of :attr:`with_clause` for ``rows``."""
@@ -124,11 +125,7 @@ class NewRows:
             return
         if engine.carry(conn, self._carried, rows, channel):
             return
-        await direct.run(conn, self._alone, channel=notifications.PG_CHANNEL, payload=None, **self.arrays(rows))
-
-
-# The NOTIFY that ends a statement carrying new rows (its payload None: none).
-POSTGRES_NOTIFY = "SELECT pg_notify(:channel, :payload) WHERE CAST(:payload AS text) IS NOT NULL"
+        await direct.run(conn, self._alone, **self.arrays(rows))
 
 
 def next_attempt(

@@ -360,3 +360,13 @@ nostr_auth_events = sa.Table(
     sa.Column("event_id", sa.String(64), primary_key=True),
     sqlite_with_rowid=False,
 )
+
+notification_listeners = sa.Table(
+    "notification_listeners",
+    metadata,
+    # PostgreSQL only (empty on SQLite): the connections listening for the deployment's wake-ups,
+    # each a process's (store.notifications.PostgresListener), so that a NOTIFY is sent only when
+    # a process other than the sender's listens (migration 0019 holds the functions that use it).
+    sa.Column("pid", sa.Integer, primary_key=True, autoincrement=False),  # the listening backend's
+    sa.Column("origin", sa.String(16), nullable=False),  # the process's Store.origin
+)

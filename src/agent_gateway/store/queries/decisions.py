@@ -162,8 +162,7 @@ _POSTGRES_DECISIONS = (
 # Its result sets the sequence to the batch's last number, which a Lease's batches drew none of
 # (in a transaction, the number nextval gave it: no change).
 _POSTGRES_LAST = (
-    f"SELECT setval('{POSTGRES_SEQUENCE}', CAST(:last AS bigint)) FROM (SELECT count(pg_notify(:channel, payload)) "
-    "FROM unnest(CAST(:payloads AS text[])) AS payload) AS notified"
+    f"SELECT setval('{POSTGRES_SEQUENCE}', CAST(:last AS bigint)) FROM (SELECT {notifications.PG_NOTIFY}) AS notified"
 )
 _POSTGRES_INSERT = direct.Query(sa.text(f"WITH {_POSTGRES_WITH}, decided AS ({_POSTGRES_DECISIONS}) {_POSTGRES_LAST}"))
 _POSTGRES_INSERT_DELIVERING = direct.Query(sa.text(

@@ -157,7 +157,7 @@ def _append_one_postgres(users: str) -> str:
 # by a NOTIFY statement of their own before COMMIT (a round trip less): each statement around
 # the batch's INSERT joins its rows with this, so PostgreSQL sends the notifications (at commit,
 # as every NOTIFY) whenever it writes a Message.
-WOKEN = "woken AS (SELECT count(pg_notify(:channel, payload)) FROM unnest(CAST(:payloads AS text[])) AS payload)"
+WOKEN = f"woken AS (SELECT {notifications.PG_NOTIFY})"
 
 
 # A statement written alone first locks the Users it writes to (lock_logs, in the statement), so
