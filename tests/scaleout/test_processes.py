@@ -375,7 +375,10 @@ async def test_each_schedule_fires_once_across_three_schedulers(tmp_path: Path, 
         names = [f"s{n:03d}" for n in range(count)]
         due: dict[str, str] = {}
         sending = asyncio.Semaphore(30)
-        async with httpx.AsyncClient(timeout=DEADLINE_S, limits=httpx.Limits(max_connections=30)) as client:
+        # Its idle connections dropped well before the server's (http.idle_timeout_ms, 5 s, httpx's
+        # default expiry too): on a starved machine a request reused one the server was closing.
+        limits = httpx.Limits(max_connections=30, keepalive_expiry=1)
+        async with httpx.AsyncClient(timeout=DEADLINE_S, limits=limits) as client:
 
             async def put(n: int, name: str) -> httpx.Response:
                 async with sending:
