@@ -21,9 +21,9 @@ import sqlalchemy as sa
 from agent_gateway import clock
 from agent_gateway.decisions import service as decisions
 from agent_gateway.messages import service as messages
+from agent_gateway.signals import service as signals
 from agent_gateway.signatures import keys
 from agent_gateway.signatures.identity import SigningIdentity
-from agent_gateway.signals import service as signals
 from agent_gateway.store import direct, engine, notifications
 from agent_gateway.store.engine import Store, libpq_dsn
 from agent_gateway.store.queries import decisions as decisions_queries
@@ -201,9 +201,7 @@ async def test_the_gate_reads_the_listeners_registered_while_its_statement_waite
             await conn.close()
 
 
-async def test_a_listener_reconnected_registers_again_and_the_rows_of_connections_gone_are_dropped(
-    store: Store, database_url: str
-) -> None:
+async def test_a_listener_reconnected_registers_again_and_the_rows_of_connections_gone_are_dropped(store: Store) -> None:
     await listening(store)
     async with store.read() as conn:
         await conn.execute(sa.text("INSERT INTO notification_listeners (pid, origin) VALUES (-1, 'gone')"))
@@ -213,7 +211,5 @@ async def test_a_listener_reconnected_registers_again_and_the_rows_of_connection
         first = (await listeners(store))[store.origin]
         await conn.execute(sa.text("SELECT pg_terminate_backend(:pid)"), {"pid": first})
     async with asyncio.timeout(CEILING_S):  # registered anew, the row of the connection gone dropped
-        while [origin for pid, origin in await store.fetch(_LISTENERS) if pid != first] != [store.origin] or any(
-            pid == first for pid, _ in await store.fetch(_LISTENERS)
-        ):
+        while [(pid != first, origin) for pid, origin in await store.fetch(_LISTENERS)] != [(True, store.origin)]:
             await asyncio.sleep(0.05)
